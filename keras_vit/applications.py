@@ -1,0 +1,81 @@
+"""Named constructors (`ViT_B16`, ...), one per row of the variant table, with the Keras Applications
+contract: `include_top, weights, input_tensor, input_shape, pooling, classes, classifier_activation`."""
+
+from keras_vit import vit
+from keras_vit.variants import VARIANTS, Variant
+
+_DOCSTRING = """Instantiates ViT-{width}/{patch} (paper Table 1: {layers} layers, D={hidden}, MLP {mlp}, {heads} heads).
+
+    Args:
+        include_top: add the [class]-token pooling and the classification `head`.
+        weights: None (random initialisation) or a path to weights (see `keras_vit.ViT`).
+        input_tensor: optional Keras tensor to use as image input.
+        input_shape: (height, width, channels), multiples of {patch}; default (224, 224, 3).
+        pooling: with `include_top=False`: None (token sequence), "token", "avg" or "max".
+        classes: number of classes of the head.
+        classifier_activation: activation of the head ("softmax"; None for logits).
+        name: model name.
+        **kwargs: more `keras_vit.ViT` arguments: `dropout_rate`, `attention_dropout_rate`,
+            `drop_path_rate`, `representation_size`, `classifier`, `gelu_approximate`,
+            `include_preprocessing`, ...
+
+    Returns:
+        A `keras.Model`.
+
+    Example:
+        >>> model = keras_vit.{constructor}(weights=None)
+        >>> model.output_shape
+        (None, 1000)
+    """
+
+
+def _constructor(variant: Variant):
+    def constructor(
+        include_top=True,
+        weights=None,
+        input_tensor=None,
+        input_shape=None,
+        pooling=None,
+        classes=1000,
+        classifier_activation="softmax",
+        name=variant.model_name,
+        **kwargs,
+    ):
+        return vit.ViT(
+            **variant.architecture(),
+            include_top=include_top,
+            weights=weights,
+            input_tensor=input_tensor,
+            input_shape=input_shape,
+            pooling=pooling,
+            classes=classes,
+            classifier_activation=classifier_activation,
+            name=name,
+            **kwargs,
+        )
+
+    constructor.__name__ = constructor.__qualname__ = variant.constructor_name
+    constructor.__doc__ = _DOCSTRING.format(
+        width=variant.width_name,
+        patch=variant.patch_size,
+        layers=variant.num_layers,
+        hidden=variant.hidden_size,
+        mlp=variant.mlp_dim,
+        heads=variant.num_heads,
+        constructor=variant.constructor_name,
+    )
+    return constructor
+
+
+ViT_Ti16 = _constructor(VARIANTS["Ti16"])
+ViT_S16 = _constructor(VARIANTS["S16"])
+ViT_S32 = _constructor(VARIANTS["S32"])
+ViT_B8 = _constructor(VARIANTS["B8"])
+ViT_B16 = _constructor(VARIANTS["B16"])
+ViT_B32 = _constructor(VARIANTS["B32"])
+ViT_L16 = _constructor(VARIANTS["L16"])
+ViT_L32 = _constructor(VARIANTS["L32"])
+ViT_H14 = _constructor(VARIANTS["H14"])
+
+CONSTRUCTORS = {v.model_name: globals()[v.constructor_name] for v in VARIANTS.values()}
+"""Constructors by lower-case model name (`"vit_b16"`), for the CLIs."""

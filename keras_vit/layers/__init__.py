@@ -1,0 +1,10 @@
+"""The Keras layers of the ViT, in the order of the data path."""
+
+from keras_vit.layers.attention import MultiHeadSelfAttention
+from keras_vit.layers.drop_path import DropPath
+from keras_vit.layers.patch_encoder import PatchEncoder
+from keras_vit.layers.patches import Patches
+from keras_vit.layers.pooling import TokenPooling
+from keras_vit.layers.transformer_block import TransformerBlock
+
+__all__ = ["Patches", "PatchEncoder", "TransformerBlock", "MultiHeadSelfAttention", "DropPath", "TokenPooling"]

@@ -1,0 +1,51 @@
+"""`TokenPooling`: a token sequence becomes one vector ([class] token, mean or max)."""
+
+import keras
+from keras import ops
+
+POOLING_MODES = ("token", "avg", "max")
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class TokenPooling(keras.layers.Layer):
+    """Pools encoded tokens (B, T, D) to (B, D).
+
+    `"token"` takes token 0 (the [class] token, paper eq. 4). `"avg"` and `"max"` reduce over the patch
+    tokens, skipping the first `num_prefix_tokens` (the class token when there is one), as the official
+    GAP classifier (which has no class token) and timm's `global_pool="avg"` do.
+
+    Args:
+        mode: one of `"token"`, `"avg"`, `"max"`.
+        num_prefix_tokens: tokens before the patch tokens (1 with a class token, else 0).
+        **kwargs: base `keras.layers.Layer` arguments.
+
+    Example:
+        >>> import numpy as np
+        >>> TokenPooling("avg", num_prefix_tokens=1)(np.ones((2, 5, 8), "float32")).shape
+        (2, 8)
+    """
+
+    def __init__(self, mode: str, num_prefix_tokens: int = 1, **kwargs):
+        super().__init__(**kwargs)
+        if mode not in POOLING_MODES:
+            raise ValueError(f"`mode` must be one of {POOLING_MODES}. Received: mode={mode!r}")
+        if mode == "token" and num_prefix_tokens < 1:
+            raise ValueError(
+                "`mode='token'` needs a [class] token (num_prefix_tokens >= 1). "
+                f"Received: num_prefix_tokens={num_prefix_tokens}"
+            )
+        self.mode = mode
+        self.num_prefix_tokens = num_prefix_tokens
+
+    def call(self, tokens):
+        if self.mode == "token":
+            return tokens[:, 0]
+        patch_tokens = tokens[:, self.num_prefix_tokens:]
+        reduce = ops.mean if self.mode == "avg" else ops.max
+        return reduce(patch_tokens, axis=1)
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], input_shape[-1])
+
+    def get_config(self):
+        return {**super().get_config(), "mode": self.mode, "num_prefix_tokens": self.num_prefix_tokens}

@@ -1,0 +1,113 @@
+"""`TransformerBlock`: one pre-LN encoder block of the ViT (paper eq. 2-3)."""
+
+import keras
+
+from keras_vit.layers.attention import MultiHeadSelfAttention
+from keras_vit.layers.drop_path import DropPath
+from keras_vit.layers.initializers import glorot_uniform
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class TransformerBlock(keras.layers.Layer):
+    """x = x + MSA(LN(x)); x = x + MLP(LN(x)), with MLP = Dense(mlp_dim) -> GELU -> Dense(D).
+
+    Dropout follows the official code (after the attention output and after each MLP Dense); drop path
+    (stochastic depth) scales each residual branch. Sublayers: `attention_norm`, `attention`,
+    `mlp_norm`, `mlp_dense_1`, `mlp_dense_2`.
+
+    Args:
+        num_heads: attention heads.
+        mlp_dim: hidden width of the MLP (4 D in every published model).
+        dropout_rate: dropout after attention and in the MLP while training.
+        attention_dropout_rate: dropout on the attention probabilities while training.
+        drop_path_rate: stochastic-depth rate of both residual branches.
+        layer_norm_epsilon: LayerNorm epsilon; 1e-6 as the official code and timm (HF uses 1e-12).
+        gelu_approximate: the tanh form of GELU (`flax.linen.gelu`, used to train the official
+            checkpoints) when True, the exact erf form (timm, HF) when False.
+        **kwargs: base `keras.layers.Layer` arguments.
+
+    Example:
+        >>> import numpy as np
+        >>> TransformerBlock(num_heads=4, mlp_dim=128)(np.zeros((2, 5, 32), "float32")).shape
+        (2, 5, 32)
+    """
+
+    def __init__(
+        self,
+        num_heads: int,
+        mlp_dim: int,
+        dropout_rate: float = 0.0,
+        attention_dropout_rate: float = 0.0,
+        drop_path_rate: float = 0.0,
+        layer_norm_epsilon: float = 1e-6,
+        gelu_approximate: bool = True,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.num_heads = num_heads
+        self.mlp_dim = mlp_dim
+        self.dropout_rate = dropout_rate
+        self.attention_dropout_rate = attention_dropout_rate
+        self.drop_path_rate = drop_path_rate
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.gelu_approximate = gelu_approximate
+        policy = self.dtype_policy
+        self.attention_norm = keras.layers.LayerNormalization(
+            epsilon=layer_norm_epsilon, name="attention_norm", dtype=policy
+        )
+        self.attention = MultiHeadSelfAttention(
+            num_heads, attention_dropout_rate=attention_dropout_rate, name="attention", dtype=policy
+        )
+        self.mlp_norm = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="mlp_norm", dtype=policy)
+        self.dropout = keras.layers.Dropout(dropout_rate, dtype=policy)
+        self.drop_path = DropPath(drop_path_rate, dtype=policy)
+
+    def build(self, input_shape):
+        width = input_shape[-1]
+        policy = self.dtype_policy
+        bias_init = keras.initializers.RandomNormal(stddev=1e-6)
+        self.mlp_dense_1 = keras.layers.Dense(
+            self.mlp_dim,
+            kernel_initializer=glorot_uniform(width, self.mlp_dim),
+            bias_initializer=bias_init,
+            name="mlp_dense_1",
+            dtype=policy,
+        )
+        self.mlp_dense_2 = keras.layers.Dense(
+            width,
+            kernel_initializer=glorot_uniform(self.mlp_dim, width),
+            bias_initializer=bias_init,
+            name="mlp_dense_2",
+            dtype=policy,
+        )
+        self.attention_norm.build(input_shape)
+        self.attention.build(input_shape)
+        self.mlp_norm.build(input_shape)
+        self.mlp_dense_1.build(input_shape)
+        self.mlp_dense_2.build((*input_shape[:-1], self.mlp_dim))
+
+    def call(self, x, training=None, return_attention_scores=False):
+        y = self.attention(self.attention_norm(x), training=training, return_attention_scores=return_attention_scores)
+        if return_attention_scores:
+            y, scores = y
+        x = x + self.drop_path(self.dropout(y, training=training), training=training)
+        y = self.mlp_dense_1(self.mlp_norm(x))
+        y = keras.activations.gelu(y, approximate=self.gelu_approximate)
+        y = self.mlp_dense_2(self.dropout(y, training=training))
+        x = x + self.drop_path(self.dropout(y, training=training), training=training)
+        return (x, scores) if return_attention_scores else x
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "num_heads": self.num_heads,
+            "mlp_dim": self.mlp_dim,
+            "dropout_rate": self.dropout_rate,
+            "attention_dropout_rate": self.attention_dropout_rate,
+            "drop_path_rate": self.drop_path_rate,
+            "layer_norm_epsilon": self.layer_norm_epsilon,
+            "gelu_approximate": self.gelu_approximate,
+        }

@@ -1,0 +1,85 @@
+"""Up-front checks of constructor arguments; each error quotes the received value."""
+
+from keras_vit.layers.pooling import POOLING_MODES
+
+CLASSIFIERS = ("token", "gap")
+
+
+def check_rate(name: str, value) -> None:
+    """A dropout-like rate must be a number in [0, 1)."""
+    if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+        raise ValueError(f"`{name}` must be a number in [0, 1). Received: {name}={value!r}")
+
+
+def check_positive_int(name: str, value) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
+
+
+def check_choice(name: str, value, choices) -> None:
+    if value not in choices:
+        raise ValueError(f"`{name}` must be one of {tuple(choices)}. Received: {name}={value!r}")
+
+
+def check_pooling(pooling, classifier: str) -> None:
+    if pooling is None:
+        return
+    check_choice("pooling", pooling, POOLING_MODES + (None,))
+    if pooling == "token" and classifier != "token":
+        raise ValueError(
+            "`pooling='token'` needs a [class] token, which a model with `classifier='gap'` does not have. "
+            f"Received: pooling={pooling!r}, classifier={classifier!r}"
+        )
+
+
+def as_pair(name: str, value) -> tuple[int, int]:
+    """An int or an (int, int) pair, as (height, width)."""
+    pair = (value, value) if isinstance(value, int) else tuple(value)
+    if len(pair) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in pair):
+        raise ValueError(f"`{name}` must be a positive int or a (height, width) pair. Received: {name}={value!r}")
+    return pair
+
+
+def _divisible_neighbours(size: int, patch_size: int) -> str:
+    lower = (size // patch_size) * patch_size
+    options = [s for s in (lower, lower + patch_size) if s > 0]
+    return " or ".join(str(s) for s in options)
+
+
+def check_divisible(height: int, width: int, patch_size: int) -> None:
+    """Height and width must be multiples of the patch size (N = HW/P^2 exactly)."""
+    bad = [(axis, size) for axis, size in (("height", height), ("width", width)) if size % patch_size]
+    if bad:
+        hints = "; ".join(f"{axis} {size} -> {_divisible_neighbours(size, patch_size)}" for axis, size in bad)
+        raise ValueError(
+            f"The image size must be divisible by the patch size {patch_size} ({hints} would work). "
+            f"Received: input_shape=({height}, {width}, ...)"
+        )
+
+
+def resolve_input_shape(image_size, input_shape, input_tensor, patch_size: int) -> tuple[int, int, int]:
+    """The model's (height, width, channels), from `input_shape`, `input_tensor` or `image_size`.
+
+    A ViT has a learned position embedding of fixed length, so height and width must be known.
+    """
+    if input_shape is None and input_tensor is not None:
+        input_shape = tuple(input_tensor.shape[1:])
+    if input_shape is None:
+        height, width = as_pair("image_size", image_size)
+        input_shape = (height, width, 3)
+    input_shape = tuple(input_shape)
+    if len(input_shape) != 3:
+        raise ValueError(
+            f"`input_shape` must be (height, width, channels), channels last. Received: input_shape={input_shape}"
+        )
+    height, width, channels = input_shape
+    if height is None or width is None:
+        raise ValueError(
+            "A ViT needs a defined spatial size: its position embedding has one row per patch. "
+            "Pass `input_shape=(height, width, channels)` with integers (the position embeddings of "
+            f"pretrained weights are resampled to it). Received: input_shape={input_shape}"
+        )
+    if channels is None or channels < 1:
+        raise ValueError(f"The channel count must be a positive integer. Received: input_shape={input_shape}")
+    check_divisible(height, width, patch_size)
+    return int(height), int(width), int(channels)

@@ -1,0 +1,111 @@
+"""The ViT variants as data (paper Table 1, plus the AugReg Ti and S models).
+
+No Keras import here: the table is plain data that the constructors, the weights table, the training
+app and the tests all read.
+
+Example:
+    >>> from keras_vit.variants import VARIANTS
+    >>> VARIANTS["B16"].hidden_size
+    768
+"""
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """One ViT architecture: the Table 1 model size plus a patch size.
+
+    Args:
+        name: short name, e.g. `"B16"` (model size + patch size).
+        width_name: the Table 1 size name (`"Ti"`, `"S"`, `"B"`, `"L"`, `"H"`).
+        patch_size: P, the side of a square patch in pixels.
+        hidden_size: D, the token width.
+        num_layers: L, the number of Transformer blocks.
+        num_heads: attention heads per block.
+        mlp_dim: hidden width of each block's MLP (4 D in every published model).
+        hybrid: `"r50"` for the paper's ResNet-50 + ViT hybrid, else None.
+    """
+
+    name: str
+    width_name: str
+    patch_size: int
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    mlp_dim: int
+    hybrid: str | None = None
+
+    @property
+    def constructor_name(self) -> str:
+        """The public constructor, e.g. `ViT_B16`."""
+        return f"ViT_{self.name}"
+
+    @property
+    def model_name(self) -> str:
+        """Lower-case model name used by the CLIs and as the Keras model name, e.g. `vit_b16`."""
+        return f"vit_{self.name.lower()}"
+
+    def architecture(self) -> dict:
+        """Keyword arguments of `keras_vit.ViT` that define this architecture."""
+        args = dict(
+            patch_size=self.patch_size,
+            hidden_size=self.hidden_size,
+            num_layers=self.num_layers,
+            num_heads=self.num_heads,
+            mlp_dim=self.mlp_dim,
+        )
+        if self.hybrid:
+            args["hybrid"] = self.hybrid
+        return args
+
+
+# (width name, layers, D, MLP, heads): paper Table 1 and the AugReg Ti/S sizes.
+_WIDTHS = {
+    "Ti": (12, 192, 768, 3),
+    "S": (12, 384, 1536, 6),
+    "B": (12, 768, 3072, 12),
+    "L": (24, 1024, 4096, 16),
+    "H": (32, 1280, 5120, 16),
+}
+
+# (width name, patch size) of every named constructor.
+_NAMED = [("Ti", 16), ("S", 16), ("S", 32), ("B", 8), ("B", 16), ("B", 32), ("L", 16), ("L", 32), ("H", 14)]
+
+
+def _variant(width_name: str, patch_size: int, hybrid: str | None = None) -> Variant:
+    num_layers, hidden_size, mlp_dim, num_heads = _WIDTHS[width_name]
+    prefix = f"{hybrid.upper()}_" if hybrid else ""
+    return Variant(
+        name=f"{prefix}{width_name}{patch_size}",
+        width_name=width_name,
+        patch_size=patch_size,
+        hidden_size=hidden_size,
+        num_layers=num_layers,
+        num_heads=num_heads,
+        mlp_dim=mlp_dim,
+        hybrid=hybrid,
+    )
+
+
+VARIANTS: dict[str, Variant] = {v.name: v for v in (_variant(w, p) for w, p in _NAMED)}
+
+
+def get_variant(name: str) -> Variant:
+    """Looks a variant up by any common spelling: `"B16"`, `"b16"`, `"vit_b16"`, `"ViT-B_16"`, `"B/16"`.
+
+    Raises:
+        ValueError: for an unknown name, listing the known ones.
+    """
+    key = name.strip()
+    for prefix in ("vit_", "vit-", "ViT_", "ViT-", "VIT_"):
+        if key.startswith(prefix):
+            key = key[len(prefix):]
+    key = key.replace("_", "").replace("/", "").replace("-", "")
+    for variant in VARIANTS.values():
+        if variant.name.lower().replace("_", "") == key.lower():
+            return variant
+    raise ValueError(
+        f"Unknown ViT variant. Received: name={name!r}. Known variants: "
+        f"{', '.join(v.model_name for v in VARIANTS.values())}."
+    )

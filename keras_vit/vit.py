@@ -1,0 +1,147 @@
+"""`ViT(...)`: the generic Vision Transformer builder; one line per stage of the paper's data path.
+
+    image (B,H,W,C) -> Patches -> PatchEncoder -> TransformerBlock x L -> encoder_norm
+        -> pooling ([class] token | mean) -> [pre_logits Dense + tanh] -> head
+"""
+
+import keras
+import numpy as np
+
+from keras_vit import validation
+from keras_vit.layers import Patches, PatchEncoder, TokenPooling, TransformerBlock
+
+
+def _head_dtype():
+    """Logits in float32 under a mixed precision policy (as the Keras mixed-precision guide asks)."""
+    policy = keras.config.dtype_policy()
+    return "float32" if policy.compute_dtype in ("float16", "bfloat16") else policy
+
+
+def _model_inputs(input_tensor, shape):
+    if input_tensor is None:
+        return keras.Input(shape=shape, name="images")
+    if not keras.backend.is_keras_tensor(input_tensor):
+        return keras.Input(tensor=input_tensor, shape=shape, name="images")
+    return input_tensor
+
+
+def ViT(
+    image_size=224,
+    patch_size=16,
+    hidden_size=768,
+    num_layers=12,
+    num_heads=12,
+    mlp_dim=3072,
+    classes=1000,
+    classifier="token",
+    representation_size=None,
+    include_top=True,
+    weights=None,
+    input_tensor=None,
+    input_shape=None,
+    pooling=None,
+    classifier_activation="softmax",
+    dropout_rate=0.0,
+    attention_dropout_rate=0.0,
+    drop_path_rate=0.0,
+    gelu_approximate=True,
+    layer_norm_epsilon=1e-6,
+    include_preprocessing=False,
+    name=None,
+):
+    """Builds a Vision Transformer (Dosovitskiy et al., ICLR 2021, arXiv 2010.11929, section 3.1).
+
+    Args:
+        image_size: int or (height, width); used when `input_shape` and `input_tensor` are None.
+        patch_size: P; height and width must be multiples of it.
+        hidden_size: D, the token width.
+        num_layers: number of Transformer blocks.
+        num_heads: attention heads per block.
+        mlp_dim: hidden width of each block's MLP.
+        classes: number of classes of the head (with `include_top=True`).
+        classifier: `"token"` (prepend a [class] token and classify from it) or `"gap"` (no class token;
+            classify the mean of the patch tokens).
+        representation_size: width of the tanh `pre_logits` layer before the head (the imagenet21k
+            pre-training setup), or None for none.
+        include_top: add pooling, `pre_logits` and the `head`. Without it the model returns the
+            normalised tokens (B, T, D), or a (B, D) vector with `pooling`.
+        weights: None (random initialisation) or a path to a `.weights.h5` file of the same architecture.
+        input_tensor: optional Keras tensor (or backend tensor) to use as the image input.
+        input_shape: (height, width, channels), channels last; overrides `image_size`.
+        pooling: with `include_top=False`: None (tokens), `"token"`, `"avg"` or `"max"` (over patch tokens).
+        classifier_activation: activation of the head; None for logits.
+        dropout_rate: dropout after the embeddings, the attention output and in the MLP.
+        attention_dropout_rate: dropout on the attention probabilities.
+        drop_path_rate: stochastic depth; block i uses drop_path_rate * i / (num_layers - 1).
+        gelu_approximate: tanh-form GELU (official checkpoints) or exact erf GELU (timm, HF).
+        layer_norm_epsilon: epsilon of every LayerNorm (1e-6 as the official code).
+        include_preprocessing: put the official [0, 255] -> [-1, 1] scaling inside the model.
+        name: model name.
+
+    Returns:
+        A `keras.Model`.
+
+    Example:
+        >>> model = ViT(image_size=32, patch_size=8, hidden_size=64, num_layers=2, num_heads=4,
+        ...             mlp_dim=128, classes=10)
+        >>> model.output_shape
+        (None, 10)
+    """
+    for arg in ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim"):
+        validation.check_positive_int(arg, locals()[arg])
+    if include_top:
+        validation.check_positive_int("classes", classes)
+    validation.check_choice("classifier", classifier, validation.CLASSIFIERS)
+    validation.check_pooling(pooling, classifier)
+    if representation_size is not None:
+        validation.check_positive_int("representation_size", representation_size)
+    for arg in ("dropout_rate", "attention_dropout_rate", "drop_path_rate"):
+        validation.check_rate(arg, locals()[arg])
+    if hidden_size % num_heads:
+        raise ValueError(
+            f"`hidden_size` must be divisible by `num_heads`. Received: hidden_size={hidden_size}, "
+            f"num_heads={num_heads}"
+        )
+    shape = validation.resolve_input_shape(image_size, input_shape, input_tensor, patch_size)
+    use_class_token = classifier == "token"
+    drop_path_rates = np.linspace(0.0, drop_path_rate, num_layers) if num_layers > 1 else [drop_path_rate]
+
+    inputs = _model_inputs(input_tensor, shape)
+    x = inputs
+    if include_preprocessing:
+        x = keras.layers.Rescaling(1.0 / 127.5, offset=-1.0, name="preprocessing")(x)
+    x = Patches(patch_size, name="patches")(x)
+    x = PatchEncoder(hidden_size, use_class_token=use_class_token, dropout_rate=dropout_rate, name="patch_encoder")(x)
+    for i in range(num_layers):
+        x = TransformerBlock(
+            num_heads,
+            mlp_dim,
+            dropout_rate=dropout_rate,
+            attention_dropout_rate=attention_dropout_rate,
+            drop_path_rate=float(drop_path_rates[i]),
+            layer_norm_epsilon=layer_norm_epsilon,
+            gelu_approximate=gelu_approximate,
+            name=f"encoder_block_{i}",
+        )(x)
+    x = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="encoder_norm")(x)
+    if include_top:
+        x = TokenPooling("token" if use_class_token else "avg", int(use_class_token), name="pooling")(x)
+        if representation_size:
+            x = keras.layers.Dense(representation_size, activation="tanh", name="pre_logits")(x)
+        x = keras.layers.Dense(
+            classes,
+            activation=classifier_activation,
+            kernel_initializer="zeros",
+            name="head",
+            dtype=_head_dtype(),
+        )(x)
+    elif pooling:
+        x = TokenPooling(pooling, int(use_class_token), name="pooling")(x)
+
+    model_inputs = keras.utils.get_source_inputs(input_tensor) if input_tensor is not None else inputs
+    model = keras.Model(model_inputs, x, name=name or "vit")
+    if weights is not None:
+        from keras_vit import loading
+
+        loading.load_weights(model, weights)
+    return model

@@ -1,0 +1,184 @@
+"""Patches, PatchEncoder, TransformerBlock and helpers against independent numpy computations."""
+
+import keras
+import numpy as np
+import pytest
+from harness import assert_layer_round_trip
+from numpy_reference import attention, encoder_block
+
+from keras_vit.layers import DropPath, MultiHeadSelfAttention, PatchEncoder, Patches, TokenPooling, TransformerBlock
+
+
+def np_(x):
+    return keras.ops.convert_to_numpy(x)
+
+
+def test_patches_are_row_major_and_row_col_channel_flattened(images):
+    out = np_(Patches(8)(images))
+    assert out.shape == (2, 16, 8 * 8 * 3)
+    for i in range(4):
+        for j in range(4):
+            expected = images[:, 8 * i:8 * i + 8, 8 * j:8 * j + 8, :].reshape(2, -1)
+            np.testing.assert_array_equal(out[:, 4 * i + j], expected)
+
+
+def test_patches_then_dense_equals_the_official_strided_convolution(images):
+    kernel = np.random.default_rng(1).standard_normal((8, 8, 3, 6)).astype("float32")
+    conv = np_(keras.ops.conv(images, kernel, strides=8, padding="valid"))  # (2, 4, 4, 6)
+    flat = np_(Patches(8)(images)) @ kernel.reshape(-1, 6)
+    np.testing.assert_allclose(flat, conv.reshape(2, 16, 6), rtol=1e-4, atol=1e-4)
+
+
+def test_patches_non_square_and_error_names_size():
+    x = np.zeros((1, 16, 40, 3), "float32")
+    assert Patches(8)(x).shape == (1, 10, 192)
+    with pytest.raises(ValueError, match=r"divisible by the patch size 8.*\(16, 36\)"):
+        Patches(8)(np.zeros((1, 16, 36, 3), "float32"))
+
+
+def test_patch_encoder_prepends_class_token_and_adds_positions():
+    layer = PatchEncoder(6, use_class_token=True)
+    patches = np.random.default_rng(2).standard_normal((2, 4, 12)).astype("float32")
+    out = np_(layer(patches))
+    assert out.shape == (2, 5, 6)
+    assert layer.position_embedding.shape == (1, 5, 6)
+    kernel, bias = np_(layer.projection.kernel), np_(layer.projection.bias)
+    pos, cls = np_(layer.position_embedding), np_(layer.class_token)
+    np.testing.assert_allclose(out[:, 0], np.broadcast_to(cls[0, 0] + pos[0, 0], (2, 6)), atol=1e-6)
+    np.testing.assert_allclose(out[:, 1:], patches @ kernel + bias + pos[:, 1:], atol=1e-5)
+
+
+def test_patch_encoder_without_class_token():
+    layer = PatchEncoder(6, use_class_token=False)
+    assert layer(np.zeros((2, 4, 12), "float32")).shape == (2, 4, 6)
+    assert layer.position_embedding.shape == (1, 4, 6)
+    assert not hasattr(layer, "class_token")
+
+
+def _block_params(block):
+    """The block's weights in the official checkpoint layout, read by attribute (not by the loader)."""
+    a = block.attention
+    p = {
+        "LayerNorm_0/scale": block.attention_norm.gamma, "LayerNorm_0/bias": block.attention_norm.beta,
+        "LayerNorm_2/scale": block.mlp_norm.gamma, "LayerNorm_2/bias": block.mlp_norm.beta,
+        "MlpBlock_3/Dense_0/kernel": block.mlp_dense_1.kernel, "MlpBlock_3/Dense_0/bias": block.mlp_dense_1.bias,
+        "MlpBlock_3/Dense_1/kernel": block.mlp_dense_2.kernel, "MlpBlock_3/Dense_1/bias": block.mlp_dense_2.bias,
+    }
+    for name in ("query", "key", "value", "out"):
+        sub = getattr(a, name)
+        p[f"MultiHeadDotProductAttention_1/{name}/kernel"] = sub.kernel
+        p[f"MultiHeadDotProductAttention_1/{name}/bias"] = sub.bias
+    return {k: np_(v).astype("float64") for k, v in p.items()}
+
+
+def _randomise(layer, seed=3):
+    rng = np.random.default_rng(seed)
+    layer.set_weights([rng.standard_normal(w.shape).astype("float32") * 0.3 for w in layer.get_weights()])
+
+
+@pytest.mark.parametrize("approximate", [True, False])
+def test_transformer_block_matches_numpy(approximate):
+    x = np.random.default_rng(4).standard_normal((2, 5, 32)).astype("float32")
+    block = TransformerBlock(num_heads=4, mlp_dim=64, gelu_approximate=approximate)
+    block(x)
+    _randomise(block)
+    expected = encoder_block(x.astype("float64"), _block_params(block), approximate_gelu=approximate)
+    np.testing.assert_allclose(np_(block(x)), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_gelu_forms_differ():
+    x = np.random.default_rng(4).standard_normal((2, 5, 32)).astype("float32")
+    block = TransformerBlock(num_heads=4, mlp_dim=64, gelu_approximate=True)
+    block(x)
+    _randomise(block)
+    exact = TransformerBlock.from_config({**block.get_config(), "gelu_approximate": False})
+    exact(x)
+    exact.set_weights(block.get_weights())
+    assert np.abs(np_(exact(x)) - np_(block(x))).max() > 1e-5
+
+
+def test_fused_and_explicit_attention_paths_agree():
+    x = np.random.default_rng(5).standard_normal((2, 7, 32)).astype("float32")
+    layer = MultiHeadSelfAttention(num_heads=4)
+    fused = np_(layer(x))
+    explicit, probs = layer(x, return_attention_scores=True)
+    np.testing.assert_allclose(np_(explicit), fused, rtol=1e-5, atol=1e-5)
+    probs = np_(probs)
+    assert probs.shape == (2, 4, 7, 7)
+    np.testing.assert_allclose(probs.sum(-1), 1.0, atol=1e-5)
+    params = {f"{n}/{w}": np_(getattr(getattr(layer, n), w)) for n in ("query", "key", "value", "out")
+              for w in ("kernel", "bias")}
+    expected, expected_probs = attention(x.astype("float64"), params)
+    np.testing.assert_allclose(np_(explicit), expected, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(probs, expected_probs, rtol=1e-4, atol=1e-5)
+
+
+def test_attention_kernels_use_the_official_layout():
+    layer = MultiHeadSelfAttention(num_heads=4)
+    layer(np.zeros((1, 3, 32), "float32"))
+    assert layer.query.kernel.shape == (32, 4, 8) and layer.query.bias.shape == (4, 8)
+    assert layer.out.kernel.shape == (4, 8, 32) and layer.out.bias.shape == (32,)
+
+
+def test_attention_dropout_only_while_training():
+    x = np.random.default_rng(6).standard_normal((2, 7, 32)).astype("float32")
+    layer = MultiHeadSelfAttention(num_heads=4, attention_dropout_rate=0.5)
+    inference = np_(layer(x, training=False))
+    np.testing.assert_allclose(np_(layer(x, training=False)), inference)
+    assert np.abs(np_(layer(x, training=True)) - inference).max() > 1e-4
+
+
+def test_drop_path_drops_whole_examples():
+    x = np.ones((64, 3, 4), "float32")
+    layer = DropPath(0.5, seed=1)
+    np.testing.assert_array_equal(np_(layer(x, training=False)), x)
+    out = np_(layer(x, training=True))
+    per_example = out.reshape(64, -1)
+    assert set(np.unique(per_example)) <= {0.0, 2.0}
+    assert np.all(per_example.min(1) == per_example.max(1))  # whole example kept or dropped
+    assert 0 < (per_example[:, 0] == 0).sum() < 64
+
+
+def test_token_pooling_modes():
+    x = np.arange(2 * 4 * 3, dtype="float32").reshape(2, 4, 3)
+    np.testing.assert_array_equal(np_(TokenPooling("token")(x)), x[:, 0])
+    np.testing.assert_allclose(np_(TokenPooling("avg", 1)(x)), x[:, 1:].mean(1))
+    np.testing.assert_allclose(np_(TokenPooling("avg", 0)(x)), x.mean(1))
+    np.testing.assert_array_equal(np_(TokenPooling("max", 1)(x)), x[:, 1:].max(1))
+    with pytest.raises(ValueError, match="mode='token'"):
+        TokenPooling("token", num_prefix_tokens=0)
+
+
+@pytest.mark.parametrize(
+    "layer, shape",
+    [
+        (Patches(8), (2, 16, 16, 3)),
+        (PatchEncoder(8, use_class_token=True, dropout_rate=0.1), (2, 4, 12)),
+        (PatchEncoder(8, use_class_token=False), (2, 4, 12)),
+        (TransformerBlock(4, 64, dropout_rate=0.1, attention_dropout_rate=0.1, drop_path_rate=0.1,
+                          layer_norm_epsilon=1e-5, gelu_approximate=False), (2, 5, 32)),
+        (MultiHeadSelfAttention(4, attention_dropout_rate=0.2), (2, 5, 32)),
+        (DropPath(0.2, seed=3), (2, 5, 32)),
+        (TokenPooling("max", 1), (2, 5, 32)),
+    ],
+    ids=lambda v: type(v).__name__ if not isinstance(v, tuple) else None,
+)
+def test_layer_round_trips(layer, shape, tmp_path):
+    inputs = np.random.default_rng(7).standard_normal(shape).astype("float32")
+    assert_layer_round_trip(layer, inputs, tmp_path)
+
+
+def test_get_config_holds_exactly_the_constructor_arguments():
+    import inspect
+
+    for layer in (Patches(4), PatchEncoder(8), TransformerBlock(2, 8), MultiHeadSelfAttention(2), DropPath(0.1),
+                  TokenPooling("avg")):
+        own = set(layer.get_config()) - set(keras.layers.Layer(name="x").get_config())
+        params = set(inspect.signature(type(layer).__init__).parameters) - {"self", "kwargs"}
+        assert own == params, type(layer).__name__
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.0, "0.1"])
+def test_drop_path_rejects_bad_rates(bad):
+    with pytest.raises(ValueError, match="rate"):
+        DropPath(bad)

@@ -1,0 +1,226 @@
+"""The ViT builder and the named constructors: shapes, golden parameter counts, numerics, gradients,
+serialization, mixed precision and bad input."""
+
+import keras
+import numpy as np
+import pytest
+from harness import assert_model_round_trip
+from numpy_reference import vit_forward
+
+import keras_vit
+from keras_vit.variants import VARIANTS
+
+# Golden counts from ../shared/REFERENCE.md (1000 classes, 224, token classifier).
+GOLDEN = {
+    "Ti16": 5_717_416, "S16": 22_050_664, "B16": 86_567_656, "B32": 88_224_232,
+    "L16": 304_326_632, "L32": 306_535_400, "H14": 632_045_800,
+}
+
+
+def paper_count(v, image=224, classes=1000):
+    """Parameter count written out from the paper's architecture (independent of keras_vit)."""
+    d, p = v.hidden_size, v.patch_size
+    tokens = (image // p) ** 2 + 1
+    block = 2 * 2 * d + 4 * (d * d + d) + (d * v.mlp_dim + v.mlp_dim) + (v.mlp_dim * d + d)
+    return p * p * 3 * d + d + d + tokens * d + v.num_layers * block + 2 * d + d * classes + classes
+
+
+def test_paper_count_formula_reproduces_the_golden_counts():
+    for name, count in GOLDEN.items():
+        assert paper_count(VARIANTS[name]) == count
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_every_variant_has_its_golden_parameter_count(name):
+    model = getattr(keras_vit, VARIANTS[name].constructor_name)(weights=None)
+    assert model.count_params() == GOLDEN.get(name, paper_count(VARIANTS[name]))
+    assert model.name == VARIANTS[name].model_name
+    keras.backend.clear_session()
+
+
+def test_raw_imagenet21k_b16_count_with_pre_logits():
+    model = keras_vit.ViT_B16(weights=None, classes=21843, representation_size=768)
+    assert model.count_params() == 103_186_515
+
+
+def test_layer_names_follow_the_data_path(tiny):
+    model = keras_vit.ViT(**tiny, representation_size=16)
+    names = [layer.name for layer in model.layers]
+    assert names == ["images", "patches", "patch_encoder", "encoder_block_0", "encoder_block_1",
+                     "encoder_norm", "pooling", "pre_logits", "head"]
+
+
+@pytest.mark.parametrize("classifier", ["token", "gap"])
+@pytest.mark.parametrize("approximate", [True, False])
+def test_model_matches_independent_numpy_forward(tiny, images, classifier, approximate):
+    model = keras_vit.ViT(**tiny, classifier=classifier, representation_size=16, classifier_activation=None,
+                          gelu_approximate=approximate)
+    rng = np.random.default_rng(1)
+    model.set_weights([rng.standard_normal(w.shape).astype("float32") * 0.2 for w in model.get_weights()])
+    enc = model.get_layer("patch_encoder")
+    params = {
+        "embedding/kernel": enc.projection.kernel.numpy().reshape(8, 8, 3, 32),
+        "embedding/bias": enc.projection.bias.numpy(),
+        "Transformer/posembed_input/pos_embedding": enc.position_embedding.numpy(),
+        "Transformer/encoder_norm/scale": model.get_layer("encoder_norm").gamma.numpy(),
+        "Transformer/encoder_norm/bias": model.get_layer("encoder_norm").beta.numpy(),
+        "pre_logits/kernel": model.get_layer("pre_logits").kernel.numpy(),
+        "pre_logits/bias": model.get_layer("pre_logits").bias.numpy(),
+        "head/kernel": model.get_layer("head").kernel.numpy(),
+        "head/bias": model.get_layer("head").bias.numpy(),
+    }
+    if classifier == "token":
+        params["cls"] = enc.class_token.numpy()
+    from test_layers import _block_params
+
+    for i in range(2):
+        for k, v in _block_params(model.get_layer(f"encoder_block_{i}")).items():
+            params[f"Transformer/encoderblock_{i}/{k}"] = v
+    params = {k: np.asarray(v, "float64") for k, v in params.items()}
+    expected = vit_forward(params, images.astype("float64"), classifier=classifier, approximate_gelu=approximate)
+    np.testing.assert_allclose(model.predict(images, verbose=0), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_include_top_false_outputs(tiny):
+    assert keras_vit.ViT(**tiny, include_top=False).output_shape == (None, 17, 32)
+    for pooling in ("token", "avg", "max"):
+        assert keras_vit.ViT(**tiny, include_top=False, pooling=pooling).output_shape == (None, 32)
+    assert keras_vit.ViT(**tiny, include_top=False, classifier="gap").output_shape == (None, 16, 32)
+
+
+def test_non_square_input_gives_the_right_grid():
+    model = keras_vit.ViT_Ti16(weights=None, include_top=False, input_shape=(224, 320, 3))
+    assert model.output_shape == (None, 14 * 20 + 1, 192)
+    tiny = keras_vit.ViT(image_size=(16, 40), patch_size=8, hidden_size=16, num_layers=1, num_heads=2,
+                         mlp_dim=32, classes=3)
+    assert tiny.predict(np.zeros((1, 16, 40, 3), "float32"), verbose=0).shape == (1, 3)
+
+
+def test_input_tensor_and_preprocessing(tiny):
+    inputs = keras.Input((32, 32, 3))
+    model = keras_vit.ViT(**tiny, input_tensor=inputs, include_preprocessing=True)
+    assert model.inputs[0] is inputs
+    assert model.get_layer("preprocessing") is not None
+    plain = keras_vit.ViT(**tiny)
+    plain.set_weights(model.get_weights())
+    raw = np.random.default_rng(0).uniform(0, 255, (2, 32, 32, 3)).astype("float32")
+    np.testing.assert_allclose(model.predict(raw, verbose=0), plain.predict(raw / 127.5 - 1, verbose=0), atol=1e-5)
+
+
+def test_every_trainable_weight_gets_a_gradient(tiny, images):
+    import tensorflow as tf
+
+    model = keras_vit.ViT(**tiny, representation_size=16, dropout_rate=0.1, attention_dropout_rate=0.1,
+                          drop_path_rate=0.1)
+    model.set_weights([np.random.default_rng(2).standard_normal(w.shape).astype("float32") * 0.1
+                       for w in model.get_weights()])
+    with tf.GradientTape() as tape:
+        loss = keras.ops.sum(model(images, training=True) * np.arange(5, dtype="float32"))
+    grads = tape.gradient(loss, model.trainable_weights)
+    missing = [w.path for w, g in zip(model.trainable_weights, grads) if g is None or not np.any(g.numpy())]
+    assert not missing
+
+
+def test_dropout_is_active_only_in_training(tiny, images):
+    model = keras_vit.ViT(**tiny, dropout_rate=0.3, classifier_activation=None)
+    model.set_weights([np.random.default_rng(2).standard_normal(w.shape).astype("float32") * 0.1
+                       for w in model.get_weights()])
+    a, b = model(images, training=False), model(images, training=False)
+    np.testing.assert_array_equal(a, b)
+    assert np.abs(model(images, training=True) - a).max() > 1e-4
+
+
+def test_model_fit_just_works(tiny):
+    x = np.random.default_rng(0).uniform(-1, 1, (8, 32, 32, 3)).astype("float32")
+    y = np.arange(8) % 5
+    model = keras_vit.ViT(**tiny)
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    history = model.fit(x, y, epochs=2, batch_size=4, verbose=0)
+    assert np.isfinite(history.history["loss"]).all()
+
+
+@pytest.mark.parametrize("options", [dict(), dict(classifier="gap", representation_size=8, include_preprocessing=True),
+                                     dict(include_top=False, pooling="avg")])
+def test_model_round_trips_in_safe_mode(tiny, images, tmp_path, options):
+    model = keras_vit.ViT(**tiny, dropout_rate=0.1, drop_path_rate=0.1, **options)
+    model.set_weights([np.random.default_rng(2).standard_normal(w.shape).astype("float32") * 0.1
+                       for w in model.get_weights()])
+    assert_model_round_trip(model, images, tmp_path)
+
+
+def test_weights_h5_round_trip(tiny, images, tmp_path):
+    model = keras_vit.ViT(**tiny)
+    model.set_weights([np.random.default_rng(2).standard_normal(w.shape).astype("float32") * 0.1
+                       for w in model.get_weights()])
+    path = str(tmp_path / "tiny.weights.h5")
+    model.save_weights(path)
+    loaded = keras_vit.ViT(**tiny, weights=path)
+    np.testing.assert_allclose(loaded.predict(images, verbose=0), model.predict(images, verbose=0), atol=1e-6)
+    with pytest.raises(ValueError, match="does not match"):
+        keras_vit.ViT(**{**tiny, "hidden_size": 16}, weights=path)
+
+
+@pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
+def test_mixed_precision(tiny, images, policy):
+    reference = keras_vit.ViT(**tiny, classifier_activation=None)
+    keras.config.set_dtype_policy(policy)
+    model = keras_vit.ViT(**tiny, classifier_activation=None)
+    model.set_weights(reference.get_weights())
+    block = model.get_layer("encoder_block_0")
+    assert block.compute_dtype == policy.split("_")[1]
+    assert block.attention.query.kernel.dtype == "float32"  # variables stay float32
+    assert model.get_layer("head").compute_dtype == "float32"
+    out = model(images)
+    assert keras.backend.standardize_dtype(out.dtype) == "float32"
+    tokens = model.get_layer("encoder_norm")
+    assert tokens.compute_dtype == policy.split("_")[1]
+    np.testing.assert_allclose(out, reference(images), rtol=0.1, atol=0.05)
+    model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    loss = model.train_on_batch(images, np.array([0, 1]))
+    assert np.isfinite(loss)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(image_size=30), r"divisible by the patch size 8 \(height 30 -> 24 or 32; width 30 -> 24 or 32"),
+        (dict(input_shape=(32, 36, 3)), r"width 36 -> 32 or 40.*input_shape=\(32, 36"),
+        (dict(input_shape=(None, None, 3)), r"defined spatial size.*input_shape=\(None, None, 3\)"),
+        (dict(input_shape=(None, None, 3), include_top=False), r"defined spatial size"),
+        (dict(input_shape=(32, 32)), r"input_shape=\(32, 32\)"),
+        (dict(classifier="cls"), r"classifier='cls'"),
+        (dict(include_top=False, pooling="mean"), r"pooling='mean'"),
+        (dict(include_top=False, pooling="token", classifier="gap"), r"pooling='token'"),
+        (dict(dropout_rate=-0.1), r"dropout_rate=-0.1"),
+        (dict(attention_dropout_rate=1.5), r"attention_dropout_rate=1.5"),
+        (dict(drop_path_rate=1.0), r"drop_path_rate=1.0"),
+        (dict(classes=0), r"classes=0"),
+        (dict(num_heads=5), r"hidden_size=32, num_heads=5"),
+        (dict(weights="imagenet-foo"), r"weights='imagenet-foo'"),
+        (dict(weights="/nonexistent/x.weights.h5"), r"does not exist.*x.weights.h5"),
+    ],
+)
+def test_bad_input_gets_a_clear_error(tiny, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        keras_vit.ViT(**{**tiny, **kwargs})
+
+
+def test_constructors_follow_the_keras_applications_contract():
+    import inspect
+
+    expected = ["include_top", "weights", "input_tensor", "input_shape", "pooling", "classes",
+                "classifier_activation", "name"]
+    for variant in VARIANTS.values():
+        constructor = getattr(keras_vit, variant.constructor_name)
+        assert list(inspect.signature(constructor).parameters)[:8] == expected
+        assert f"ViT-{variant.width_name}/{variant.patch_size}" in constructor.__doc__
+
+
+def test_version():
+    import configparser
+    import pathlib
+
+    assert keras_vit.__version__
+    cfg = configparser.ConfigParser()
+    cfg.read(pathlib.Path(__file__).parents[1] / "setup.cfg")
+    assert cfg["metadata"]["version"] == "attr: keras_vit.__version__"
