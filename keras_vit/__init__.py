@@ -19,6 +19,7 @@ from keras_vit.applications import (
     ViT_Ti16,
 )
 from keras_vit.layers import DropPath, MultiHeadSelfAttention, PatchEncoder, Patches, TokenPooling, TransformerBlock
+from keras_vit.preprocessing import decode_predictions, preprocess_input
 from keras_vit.vit import ViT
 
 __version__ = "0.1.0"
@@ -40,5 +41,7 @@ __all__ = [
     "MultiHeadSelfAttention",
     "DropPath",
     "TokenPooling",
+    "preprocess_input",
+    "decode_predictions",
     "__version__",
 ]

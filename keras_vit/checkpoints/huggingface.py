@@ -1,0 +1,213 @@
+"""Reads a Hugging Face `transformers` ViT (`ViTForImageClassification` or `ViTModel`) into a `Checkpoint`.
+
+Accepts the model folder (`config.json` + `model.safetensors`, or a sharded
+`model.safetensors.index.json`) or the `model.safetensors` file with its `config.json` beside it. Names
+(`transformers/models/vit/modeling_vit.py`), with prefix `vit.` for ViTForImageClassification and none for
+ViTModel:
+
+    embeddings.cls_token, embeddings.position_embeddings         -> cls, posembed_input/pos_embedding
+    embeddings.patch_embeddings.projection.weight (D,C,P,P)      -> embedding/kernel (P,P,C,D)
+    encoder.layer.{i}.layernorm_before / layernorm_after         -> LayerNorm_0 / LayerNorm_2
+    encoder.layer.{i}.attention.attention.{query,key,value}      -> MultiHeadDotProductAttention_1/{...}
+    encoder.layer.{i}.attention.output.dense                     -> MultiHeadDotProductAttention_1/out
+    encoder.layer.{i}.intermediate.dense / output.dense          -> MlpBlock_3/Dense_0 / Dense_1
+    layernorm                                                    -> Transformer/encoder_norm
+    pooler.dense (ViTModel; tanh of the class token)             -> pre_logits
+    classifier (no prefix)                                       -> head
+
+The LayerNorm epsilon (`layer_norm_eps`, 1e-12 by default in transformers) and the GELU form
+(`hidden_act`: `"gelu"` exact erf; `"gelu_new"`, `"gelu_pytorch_tanh"`, `"gelu_fast"` the tanh form) come from
+config.json, so the Keras model reproduces the transformers logits. The number of heads is
+`num_attention_heads`.
+
+Example:
+    >>> from keras_vit.checkpoints import huggingface
+    >>> checkpoint = huggingface.read("vit-base-patch16-224")  # doctest: +SKIP
+    >>> checkpoint.layer_norm_epsilon  # doctest: +SKIP
+    1e-12
+"""
+
+import json
+import os
+
+from keras_vit.checkpoints import safetensors_file, torch_layout
+from keras_vit.checkpoints.canonical import Checkpoint
+from keras_vit.checkpoints.torch_layout import ATTENTION, BLOCK, MLP, identity
+
+SOURCE = "Hugging Face"
+WEIGHTS_NAME = "model.safetensors"
+INDEX_NAME = "model.safetensors.index.json"
+CONFIG_NAME = "config.json"
+
+# hidden_act -> gelu_approximate
+_GELU_FORMS = {"gelu": False, "gelu_new": True, "gelu_pytorch_tanh": True, "gelu_fast": True}
+_PATCH = "embeddings.patch_embeddings.projection.weight"
+
+
+def looks_like_huggingface(names) -> bool:
+    """True when tensor names follow transformers' ViT naming, with or without the `vit.` prefix."""
+    names = set(names)
+    return _PATCH in names or f"vit.{_PATCH}" in names
+
+
+def resolve_files(path) -> tuple[list[str], str]:
+    """The weight file(s) and the config.json of a model folder or of a `model.safetensors` file.
+
+    Raises:
+        ValueError: a missing path, folder without weights, or no config.json beside the weights.
+    """
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        folder = path
+        if os.path.isfile(os.path.join(folder, WEIGHTS_NAME)):
+            weights = [os.path.join(folder, WEIGHTS_NAME)]
+        elif os.path.isfile(os.path.join(folder, INDEX_NAME)):
+            weights = _shards(os.path.join(folder, INDEX_NAME))
+        else:
+            raise ValueError(
+                f"The Hugging Face folder has no {WEIGHTS_NAME} (or {INDEX_NAME}); pickled pytorch_model.bin "
+                f"files are not read for safety. Received: path={path!r}, containing {sorted(os.listdir(folder))[:10]}"
+            )
+    elif os.path.isfile(path):
+        folder, weights = os.path.dirname(os.path.abspath(path)), [path]
+    else:
+        raise ValueError(f"The Hugging Face checkpoint does not exist. Received: path={path!r}")
+    config = os.path.join(folder, CONFIG_NAME)
+    if not os.path.isfile(config):
+        raise ValueError(
+            f"Hugging Face ViT weights need the model's {CONFIG_NAME} beside them (it holds the number of heads, "
+            f"the LayerNorm epsilon and the GELU form); none found at {config!r}. Received: path={path!r}"
+        )
+    return weights, config
+
+
+def _shards(index_path: str) -> list[str]:
+    try:
+        with open(index_path) as handle:
+            weight_map = json.load(handle)["weight_map"]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ValueError(f"Unreadable safetensors index {index_path!r}: {error}") from error
+    folder = os.path.dirname(index_path)
+    return [os.path.join(folder, name) for name in sorted(set(weight_map.values()))]
+
+
+def read_config(config_path: str) -> dict:
+    """The parts of config.json the translation needs: heads, epsilon, GELU form, layer count, width."""
+    try:
+        with open(config_path) as handle:
+            config = json.load(handle)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"Unreadable {CONFIG_NAME}: {error}. Received: path={config_path!r}") from error
+    if not isinstance(config, dict):
+        raise ValueError(f"{CONFIG_NAME} must hold a JSON object. Received: path={config_path!r}")
+    model_type = config.get("model_type", "vit")
+    if model_type != "vit":
+        raise ValueError(
+            f"Only Hugging Face ViT models (model_type 'vit') are supported. Received: model_type={model_type!r} "
+            f"in {config_path!r}"
+        )
+    act = config.get("hidden_act", "gelu")
+    if act not in _GELU_FORMS:
+        raise ValueError(
+            f"Unsupported hidden_act in {config_path!r}; keras_vit supports {sorted(_GELU_FORMS)}. "
+            f"Received: hidden_act={act!r}"
+        )
+    pooler_act = config.get("pooler_act", "tanh")
+    if pooler_act != "tanh":
+        raise ValueError(f"Only a tanh pooler is supported. Received: pooler_act={pooler_act!r} in {config_path!r}")
+    try:
+        return dict(
+            num_heads=int(config["num_attention_heads"]),
+            num_layers=int(config["num_hidden_layers"]),
+            hidden_size=int(config["hidden_size"]),
+            layer_norm_epsilon=float(config.get("layer_norm_eps", 1e-12)),
+            gelu_approximate=_GELU_FORMS[act],
+        )
+    except (KeyError, TypeError, ValueError) as error:
+        raise ValueError(f"{CONFIG_NAME} lacks or mangles a ViT field: {error!r}. Received: path={config_path!r}") from error
+
+
+def read(path) -> Checkpoint:
+    """Reads a Hugging Face ViT and translates it to the official layout.
+
+    Args:
+        path: the model folder, or its `model.safetensors` with config.json beside it.
+
+    Returns:
+        A `Checkpoint` with `source="huggingface"` and the epsilon and GELU form of config.json.
+
+    Raises:
+        ImportError: `safetensors` is not installed.
+        ValueError: missing config.json, a truncated or corrupt file, names that are not a HF ViT, a config
+            that disagrees with the weights, or tensors of the wrong shape.
+    """
+    path = os.fspath(path)
+    weight_files, config_path = resolve_files(path)
+    config = read_config(config_path)
+    tensors = {}
+    for weight_file in weight_files:
+        tensors.update(safetensors_file.load(weight_file))
+    if not looks_like_huggingface(tensors):
+        raise ValueError(
+            f"{path!r} is not a Hugging Face ViT checkpoint (no `{_PATCH}`). Received tensors: {sorted(tensors)[:10]}"
+        )
+    prefix = "vit." if f"vit.{_PATCH}" in tensors else ""
+    layers = torch_layout.count_blocks(tensors, f"{prefix}encoder.layer.", path)
+    width = tensors[prefix + _PATCH].shape[0]
+    if (layers, width) != (config["num_layers"], config["hidden_size"]):
+        raise ValueError(
+            f"{config_path!r} disagrees with the weights in {path!r}: config says num_hidden_layers="
+            f"{config['num_layers']}, hidden_size={config['hidden_size']}; the weights have {layers} layers of "
+            f"width {width}."
+        )
+    heads = torch_layout.resolve_num_heads(config["num_heads"], width, config_path)
+    plan = _embedding_plan(prefix)
+    for i in range(layers):
+        plan += _block_plan(prefix, i, heads)
+    plan += _linear_plan("Transformer/encoder_norm", prefix + "layernorm", norm=True)
+    for official, hf_name in (("pre_logits", prefix + "pooler.dense"), ("head", "classifier")):
+        if f"{hf_name}.weight" in tensors:
+            plan += _linear_plan(official, hf_name)
+    params = torch_layout.translate(tensors, plan, path, SOURCE)
+    return Checkpoint(
+        params=params,
+        source="huggingface",
+        path=path,
+        gelu_approximate=config["gelu_approximate"],
+        layer_norm_epsilon=config["layer_norm_epsilon"],
+    )
+
+
+def _linear_plan(official: str, hf_name: str, norm: bool = False, kernel_fn=torch_layout.linear_kernel) -> list:
+    """A LayerNorm (`weight` -> `scale`) or a Linear (`weight` -> `kernel`) with its bias."""
+    if norm:
+        return [(f"{official}/scale", (f"{hf_name}.weight",), identity), (f"{official}/bias", (f"{hf_name}.bias",), identity)]
+    return [(f"{official}/kernel", (f"{hf_name}.weight",), kernel_fn), (f"{official}/bias", (f"{hf_name}.bias",), identity)]
+
+
+def _embedding_plan(prefix: str) -> list:
+    e = prefix + "embeddings."
+    return [
+        ("embedding/kernel", (e + "patch_embeddings.projection.weight",), torch_layout.conv_kernel),
+        ("embedding/bias", (e + "patch_embeddings.projection.bias",), identity),
+        ("cls", (e + "cls_token",), identity),
+        ("Transformer/posembed_input/pos_embedding", (e + "position_embeddings",), identity),
+    ]
+
+
+def _block_plan(prefix: str, i: int, heads: int) -> list:
+    h = f"{prefix}encoder.layer.{i}."
+    o = BLOCK.format(i)
+    a = o + ATTENTION
+    plan = _linear_plan(o + "LayerNorm_0", h + "layernorm_before", norm=True)
+    plan += _linear_plan(o + "LayerNorm_2", h + "layernorm_after", norm=True)
+    for name in ("query", "key", "value"):
+        plan += [
+            (a + f"{name}/kernel", (h + f"attention.attention.{name}.weight",),
+             lambda w: torch_layout.heads_kernel(w, heads)),
+            (a + f"{name}/bias", (h + f"attention.attention.{name}.bias",), lambda b: torch_layout.heads_bias(b, heads)),
+        ]
+    plan += _linear_plan(a + "out", h + "attention.output.dense", kernel_fn=lambda w: torch_layout.out_kernel(w, heads))
+    plan += _linear_plan(o + MLP + "Dense_0", h + "intermediate.dense")
+    plan += _linear_plan(o + MLP + "Dense_1", h + "output.dense")
+    return plan

@@ -1,0 +1,203 @@
+"""Reads a timm `VisionTransformer` `model.safetensors` into a `Checkpoint` in the official layout.
+
+timm (github.com/huggingface/pytorch-image-models, `timm/models/vision_transformer.py`) names and shapes:
+
+    patch_embed.proj.weight (D,C,P,P), .bias     -> embedding/kernel (P,P,C,D), embedding/bias
+    cls_token (1,1,D)                            -> cls
+    pos_embed (1,T,D)                            -> Transformer/posembed_input/pos_embedding
+    blocks.{i}.norm1 / norm2                     -> LayerNorm_0 / LayerNorm_2 (weight -> scale)
+    blocks.{i}.attn.qkv.weight (3D,D), .bias     -> MultiHeadDotProductAttention_1/{query,key,value}
+    blocks.{i}.attn.proj.weight (D,D), .bias     -> MultiHeadDotProductAttention_1/out (heads,head_dim,D)
+    blocks.{i}.mlp.fc1 / fc2                     -> MlpBlock_3/Dense_0 / Dense_1
+    norm                                         -> Transformer/encoder_norm
+    pre_logits.fc (older timm, with tanh)        -> pre_logits
+    head.weight (classes,D), .bias               -> head
+
+timm models use exact (erf) GELU and LayerNorm epsilon 1e-6 (`partial(nn.LayerNorm, eps=1e-6)`), so the
+checkpoint says `gelu_approximate=False`, `layer_norm_epsilon=1e-6`. The number of heads is not in the file:
+it comes from `num_heads` or from the standard width table (`keras_vit.variants`).
+
+Also handled exactly: layer scale (`blocks.{i}.ls1.gamma`, `ls2.gamma`, folded into the projections they
+scale), `no_embed_class` position embeddings (a zero row is prepended for the class token, which adds the
+same thing), and `qkv_bias=False` (zero biases). Refused with a clear error, because keras_vit's data path
+(paper section 3.1) cannot compute them: `fc_norm` (LayerNorm after average pooling), `norm_pre`, register
+tokens, attention-pool (MAP) heads, q/k normalisation, hybrid CNN stems and any other unknown tensor.
+
+Not visible in the weights: timm's `global_pool="avg"` on a model with a class token (pools patch tokens
+only); such a file reads as a token-classifier model. Models without a class token read as `gap`.
+
+Example:
+    >>> from keras_vit.checkpoints import timm
+    >>> checkpoint = timm.read("vit_base_patch16_224/model.safetensors")  # doctest: +SKIP
+    >>> checkpoint.params["embedding/kernel"].shape  # doctest: +SKIP
+    (16, 16, 3, 768)
+"""
+
+import math
+import os
+
+import numpy as np
+
+from keras_vit.checkpoints import safetensors_file, torch_layout
+from keras_vit.checkpoints.canonical import Checkpoint
+from keras_vit.checkpoints.torch_layout import ATTENTION, BLOCK, MLP, identity
+
+SOURCE = "timm"
+
+# Tensor-name fragments of timm ViT features that keras_vit cannot compute, with the reason.
+_UNSUPPORTED = {
+    "fc_norm.": "fc_norm (LayerNorm applied after average pooling, timm global_pool='avg' models such as MAE "
+                "fine-tunes); keras_vit applies encoder_norm to all tokens before pooling",
+    "norm_pre.": "norm_pre (a LayerNorm before the blocks, CLIP-style models)",
+    "reg_token": "register tokens",
+    "attn_pool.": "an attention-pool (MAP) head",
+    ".attn.q_norm.": "q/k normalisation in attention",
+    ".attn.k_norm.": "q/k normalisation in attention",
+    "patch_embed.backbone.": "a hybrid CNN stem (load the official R50+ViT .npz instead)",
+}
+
+
+def looks_like_timm(names) -> bool:
+    """True when tensor names follow timm's ViT naming (`patch_embed.proj.weight`, `blocks.{i}.`)."""
+    names = set(names)
+    return "patch_embed.proj.weight" in names or any(name.startswith("blocks.0.") for name in names)
+
+
+def read(path, num_heads: int | None = None) -> Checkpoint:
+    """Reads a timm ViT `.safetensors` file and translates it to the official layout.
+
+    Args:
+        path: the `model.safetensors` file.
+        num_heads: attention heads per block; None infers them from the width by the standard table
+            (Ti 192: 3, S 384: 6, B 768: 12, L 1024: 16, H 1280: 16).
+
+    Returns:
+        A `Checkpoint` with `source="timm"`, `gelu_approximate=False`, `layer_norm_epsilon=1e-6`.
+
+    Raises:
+        ImportError: `safetensors` is not installed.
+        ValueError: a missing, truncated or corrupt file, names that are not timm's ViT, a feature keras_vit
+            cannot compute, a non-standard width without `num_heads`, or tensors of the wrong shape.
+    """
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise ValueError(f"The timm checkpoint file does not exist. Received: path={path!r}")
+    tensors = safetensors_file.load(path)
+    if not looks_like_timm(tensors):
+        raise ValueError(
+            f"{path!r} is not a timm ViT checkpoint (no `patch_embed.proj.weight`). "
+            f"Received tensors: {sorted(tensors)[:10]}"
+        )
+    for fragment, feature in _UNSUPPORTED.items():
+        found = sorted(name for name in tensors if fragment in name)
+        if found:
+            raise ValueError(
+                f"The timm checkpoint {path!r} uses {feature}, which keras_vit's ViT cannot compute. "
+                f"Received: {found[:4]}"
+            )
+    hidden_size = tensors["patch_embed.proj.weight"].shape[0]
+    heads = torch_layout.resolve_num_heads(num_heads, hidden_size, path)
+    tensors = _fill_zero_qkv_bias(tensors)
+    plan = _embedding_plan(tensors)
+    for i in range(torch_layout.count_blocks(tensors, "blocks.", path)):
+        plan += _block_plan(tensors, i, heads)
+    plan += [
+        ("Transformer/encoder_norm/scale", ("norm.weight",), identity),
+        ("Transformer/encoder_norm/bias", ("norm.bias",), identity),
+    ]
+    for official, timm_name in (("pre_logits", "pre_logits.fc"), ("head", "head")):
+        if f"{timm_name}.weight" in tensors:
+            plan += [
+                (f"{official}/kernel", (f"{timm_name}.weight",), torch_layout.linear_kernel),
+                (f"{official}/bias", (f"{timm_name}.bias",), identity),
+            ]
+    params = torch_layout.translate(tensors, plan, path, SOURCE)
+    return Checkpoint(params=params, source=SOURCE, path=path, gelu_approximate=False, layer_norm_epsilon=1e-6)
+
+
+def _fill_zero_qkv_bias(tensors: dict) -> dict:
+    """timm `qkv_bias=False` models have no qkv bias: the same computation as a zero bias."""
+    tensors = dict(tensors)
+    for name in [n for n in tensors if n.endswith(".attn.qkv.weight")]:
+        bias = name[: -len("weight")] + "bias"
+        if bias not in tensors:
+            tensors[bias] = np.zeros(tensors[name].shape[0], tensors[name].dtype)
+    return tensors
+
+
+def _embedding_plan(tensors: dict) -> list:
+    plan = [
+        ("embedding/kernel", ("patch_embed.proj.weight",), torch_layout.conv_kernel),
+        ("embedding/bias", ("patch_embed.proj.bias",), identity),
+        ("Transformer/posembed_input/pos_embedding", ("pos_embed",), identity),
+    ]
+    if "cls_token" in tensors:
+        plan.append(("cls", ("cls_token",), identity))
+        if _is_no_embed_class(tensors.get("pos_embed")):
+            plan[2] = ("Transformer/posembed_input/pos_embedding", ("pos_embed",), _prepend_zero_row)
+    return plan
+
+
+def _is_no_embed_class(pos_embed) -> bool:
+    """timm `no_embed_class`: the position embedding covers only the patch grid (T = g*g), not the class
+    token (T = g*g + 1, never a square). Non-square grids cannot be told apart and read as T = N + 1."""
+    if pos_embed is None or pos_embed.ndim != 3:
+        return False
+    tokens = pos_embed.shape[1]
+    return math.isqrt(tokens) ** 2 == tokens
+
+
+def _prepend_zero_row(pos_embed: np.ndarray) -> np.ndarray:
+    """cat(cls, patches + pos) == cat(cls, patches) + cat(0, pos)."""
+    zero = np.zeros((pos_embed.shape[0], 1, pos_embed.shape[2]), pos_embed.dtype)
+    return np.concatenate([zero, pos_embed], axis=1)
+
+
+def _block_plan(tensors: dict, i: int, heads: int) -> list:
+    t = f"blocks.{i}."
+    o = BLOCK.format(i)
+    a = o + ATTENTION
+    qkv = (t + "attn.qkv.weight",)
+    qkv_bias = (t + "attn.qkv.bias",)
+
+    def split_kernel(index):
+        return lambda weight: torch_layout.heads_kernel(_third(weight, index), heads)
+
+    def split_bias(index):
+        return lambda bias: torch_layout.heads_bias(_third(bias, index), heads)
+
+    plan = [
+        (o + "LayerNorm_0/scale", (t + "norm1.weight",), identity),
+        (o + "LayerNorm_0/bias", (t + "norm1.bias",), identity),
+        (o + "LayerNorm_2/scale", (t + "norm2.weight",), identity),
+        (o + "LayerNorm_2/bias", (t + "norm2.bias",), identity),
+        (o + MLP + "Dense_0/kernel", (t + "mlp.fc1.weight",), torch_layout.linear_kernel),
+        (o + MLP + "Dense_0/bias", (t + "mlp.fc1.bias",), identity),
+    ]
+    for index, name in enumerate(("query", "key", "value")):
+        plan += [(a + f"{name}/kernel", qkv, split_kernel(index)), (a + f"{name}/bias", qkv_bias, split_bias(index))]
+    # Layer scale y = gamma * (W x + b) == (gamma W) x + gamma b: folded into the projection it scales.
+    for names, out_key, kernel_fn in (
+        (("attn.proj", "ls1.gamma"), a + "out", lambda w: torch_layout.out_kernel(w, heads)),
+        (("mlp.fc2", "ls2.gamma"), o + MLP + "Dense_1", torch_layout.linear_kernel),
+    ):
+        layer, gamma = (t + n for n in names)
+        if gamma in tensors:
+            plan += [
+                (out_key + "/kernel", (layer + ".weight", gamma), lambda w, g, fn=kernel_fn: fn(w * g[:, None])),
+                (out_key + "/bias", (layer + ".bias", gamma), lambda b, g: b * g),
+            ]
+        else:
+            plan += [
+                (out_key + "/kernel", (layer + ".weight",), kernel_fn),
+                (out_key + "/bias", (layer + ".bias",), identity),
+            ]
+    return plan
+
+
+def _third(array: np.ndarray, index: int) -> np.ndarray:
+    """The query (0), key (1) or value (2) third of timm's fused qkv output axis."""
+    if array.shape[0] % 3:
+        raise ValueError(f"the fused qkv axis ({array.shape[0]}) is not divisible by 3")
+    size = array.shape[0] // 3
+    return array[index * size:(index + 1) * size]
