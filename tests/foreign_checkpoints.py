@@ -69,7 +69,8 @@ def hf_config(hidden=32, layers=2, heads=4, mlp=64, image_size=32, patch_size=8,
 
 
 def random_hf_tensors(rng, config, classes=5, prefix="vit.", pooler=False):
-    """A transformers ViT state dict (ViTForImageClassification with prefix "vit.", ViTModel with "")."""
+    """A transformers ViT state dict (ViTForImageClassification with prefix "vit.", ViTModel with "");
+    without query/key/value biases when `config["qkv_bias"]` is False."""
     d, m, p = config["hidden_size"], config["intermediate_size"], config["patch_size"]
     tokens = (config["image_size"] // p) ** 2 + 1
     e = prefix + "embeddings."
@@ -95,7 +96,8 @@ def random_hf_tensors(rng, config, classes=5, prefix="vit.", pooler=False):
             "intermediate.dense": (m, d), "output.dense": (d, m),
         }.items():
             t[h + name + ".weight"] = _normal(rng, rows, cols)
-            t[h + name + ".bias"] = _normal(rng, rows)
+            if config["qkv_bias"] or not name.startswith("attention.attention."):
+                t[h + name + ".bias"] = _normal(rng, rows)
         for name in ("layernorm_before", "layernorm_after"):
             t[h + name + ".weight"] = 1 + _normal(rng, d)
             t[h + name + ".bias"] = _normal(rng, d)
@@ -125,7 +127,7 @@ def _gelu(x, tanh_form):
 
 
 def _linear(x, t, name):
-    return x @ t[name + ".weight"].T + t[name + ".bias"]
+    return x @ t[name + ".weight"].T + t.get(name + ".bias", 0.0)  # bias=False layers have none
 
 
 def _conv_patches(images, weight, bias):

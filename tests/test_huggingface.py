@@ -35,6 +35,16 @@ def test_classification_model_matches_transformers_forward(tmp_path, images, hid
         assert rel_err(_official(checkpoint, images), logits) < 1e-6
 
 
+def test_config_without_qkv_bias(tmp_path, images):
+    config = {**hf_config(), "qkv_bias": False}
+    tensors = random_hf_tensors(np.random.default_rng(8), config)
+    assert "vit.encoder.layer.0.attention.attention.query.bias" not in tensors
+    checkpoint = huggingface.read(write_hf_folder(tmp_path / "vit", config, tensors))
+    np.testing.assert_array_equal(
+        checkpoint.params["Transformer/encoderblock_1/MultiHeadDotProductAttention_1/value/bias"], np.zeros((4, 8)))
+    assert rel_err(_official(checkpoint, images), hf_forward(tensors, config, images)[2]) < 1e-6
+
+
 def test_vit_model_pooler_becomes_pre_logits(tmp_path, images):
     config = hf_config()
     tensors = random_hf_tensors(np.random.default_rng(2), config, classes=0, prefix="", pooler=True)

@@ -92,7 +92,7 @@ def _shards(index_path: str) -> list[str]:
 
 
 def read_config(config_path: str) -> dict:
-    """The parts of config.json the translation needs: heads, epsilon, GELU form, layer count, width."""
+    """The parts of config.json the translation needs: heads, epsilon, GELU form, layer count, width, qkv bias."""
     try:
         with open(config_path) as handle:
             config = json.load(handle)
@@ -122,6 +122,7 @@ def read_config(config_path: str) -> dict:
             hidden_size=int(config["hidden_size"]),
             layer_norm_epsilon=float(config.get("layer_norm_eps", 1e-12)),
             gelu_approximate=_GELU_FORMS[act],
+            qkv_bias=bool(config.get("qkv_bias", True)),
         )
     except (KeyError, TypeError, ValueError) as error:
         raise ValueError(f"{CONFIG_NAME} lacks or mangles a ViT field: {error!r}. Received: path={config_path!r}") from error
@@ -161,6 +162,10 @@ def read(path) -> Checkpoint:
             f"width {width}."
         )
     heads = torch_layout.resolve_num_heads(config["num_heads"], width, config_path)
+    if not config["qkv_bias"]:  # ViTConfig(qkv_bias=False): query/key/value Linear layers without bias
+        tensors = torch_layout.fill_missing_biases(
+            tensors, [n for n in tensors if n.endswith(("attention.query.weight", "attention.key.weight",
+                                                        "attention.value.weight"))])
     plan = _embedding_plan(prefix)
     for i in range(layers):
         plan += _block_plan(prefix, i, heads)

@@ -97,7 +97,8 @@ def read(path, num_heads: int | None = None) -> Checkpoint:
             )
     hidden_size = tensors["patch_embed.proj.weight"].shape[0]
     heads = torch_layout.resolve_num_heads(num_heads, hidden_size, path)
-    tensors = _fill_zero_qkv_bias(tensors)
+    # timm `qkv_bias=False` models store no qkv bias.
+    tensors = torch_layout.fill_missing_biases(tensors, [n for n in tensors if n.endswith(".attn.qkv.weight")])
     plan = _embedding_plan(tensors)
     for i in range(torch_layout.count_blocks(tensors, "blocks.", path)):
         plan += _block_plan(tensors, i, heads)
@@ -113,16 +114,6 @@ def read(path, num_heads: int | None = None) -> Checkpoint:
             ]
     params = torch_layout.translate(tensors, plan, path, SOURCE)
     return Checkpoint(params=params, source=SOURCE, path=path, gelu_approximate=False, layer_norm_epsilon=1e-6)
-
-
-def _fill_zero_qkv_bias(tensors: dict) -> dict:
-    """timm `qkv_bias=False` models have no qkv bias: the same computation as a zero bias."""
-    tensors = dict(tensors)
-    for name in [n for n in tensors if n.endswith(".attn.qkv.weight")]:
-        bias = name[: -len("weight")] + "bias"
-        if bias not in tensors:
-            tensors[bias] = np.zeros(tensors[name].shape[0], tensors[name].dtype)
-    return tensors
 
 
 def _embedding_plan(tensors: dict) -> list:
