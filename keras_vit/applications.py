@@ -4,7 +4,7 @@ contract: `include_top, weights, input_tensor, input_shape, pooling, classes, cl
 from keras_vit import vit
 from keras_vit.variants import VARIANTS, Variant
 
-_DOCSTRING = """Instantiates ViT-{width}/{patch} (paper Table 1: {layers} layers, D={hidden}, MLP {mlp}, {heads} heads).
+_DOCSTRING = """Instantiates {hybrid}ViT-{width}/{patch} (paper Table 1: {layers} layers, D={hidden}, MLP {mlp}, {heads} heads).
 
     Args:
         include_top: add the [class]-token pooling and the classification `head`.
@@ -63,6 +63,7 @@ def _constructor(variant: Variant):
         mlp=variant.mlp_dim,
         heads=variant.num_heads,
         constructor=variant.constructor_name,
+        hybrid=f"{variant.hybrid.upper()}+" if variant.hybrid else "",
     )
     return constructor
 
@@ -76,6 +77,7 @@ ViT_B32 = _constructor(VARIANTS["B32"])
 ViT_L16 = _constructor(VARIANTS["L16"])
 ViT_L32 = _constructor(VARIANTS["L32"])
 ViT_H14 = _constructor(VARIANTS["H14"])
+ViT_R50_B16 = _constructor(VARIANTS["R50_B16"])
 
 CONSTRUCTORS = {v.model_name: globals()[v.constructor_name] for v in VARIANTS.values()}
 """Constructors by lower-case model name (`"vit_b16"`), for the CLIs."""

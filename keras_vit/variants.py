@@ -88,7 +88,13 @@ def _variant(width_name: str, patch_size: int, hybrid: str | None = None) -> Var
     )
 
 
-VARIANTS: dict[str, Variant] = {v.name: v for v in (_variant(w, p) for w, p in _NAMED)}
+# (width name, patch size, hybrid stem) of the hybrid constructors: the paper's R50+ViT-B/16, whose
+# patch size 16 is the stride of its ResNet-50 stem (feature map cut into 1x1 patches).
+_HYBRIDS = [("B", 16, "r50")]
+
+VARIANTS: dict[str, Variant] = {
+    v.name: v for v in [*(_variant(w, p) for w, p in _NAMED), *(_variant(w, p, h) for w, p, h in _HYBRIDS)]
+}
 
 
 def get_variant(name: str) -> Variant:

@@ -9,6 +9,7 @@ import numpy as np
 
 from keras_vit import validation
 from keras_vit.layers import Patches, PatchEncoder, TokenPooling, TransformerBlock
+from keras_vit.layers.resnet import ResNetStem, resolve_hybrid
 
 
 def _head_dtype():
@@ -48,6 +49,7 @@ def ViT(
     layer_norm_epsilon=1e-6,
     include_preprocessing=False,
     name=None,
+    hybrid=None,
 ):
     """Builds a Vision Transformer (Dosovitskiy et al., ICLR 2021, arXiv 2010.11929, section 3.1).
 
@@ -77,6 +79,11 @@ def ViT(
         layer_norm_epsilon: epsilon of every LayerNorm (1e-6 as the official code).
         include_preprocessing: put the official [0, 255] -> [-1, 1] scaling inside the model.
         name: model name.
+        hybrid: None for the plain ViT; `"r50"` for the paper's hybrid (section 3.1): the image goes
+            through the ResNet-50 stem `resnet_stem` (GroupNorm, weight standardisation) and its feature
+            map is cut into patches of size 1; `patch_size` is then the stem's stride (16) and the image
+            size must be a multiple of it. A dict of `keras_vit.layers.ResNetStem` arguments builds
+            another stem (e.g. a tiny one for tests).
 
     Returns:
         A `keras.Model`.
@@ -102,6 +109,7 @@ def ViT(
             f"`hidden_size` must be divisible by `num_heads`. Received: hidden_size={hidden_size}, "
             f"num_heads={num_heads}"
         )
+    stem = resolve_hybrid(hybrid, patch_size)
     shape = validation.resolve_input_shape(image_size, input_shape, input_tensor, patch_size)
     use_class_token = classifier == "token"
     drop_path_rates = np.linspace(0.0, drop_path_rate, num_layers) if num_layers > 1 else [drop_path_rate]
@@ -110,7 +118,9 @@ def ViT(
     x = inputs
     if include_preprocessing:
         x = keras.layers.Rescaling(1.0 / 127.5, offset=-1.0, name="preprocessing")(x)
-    x = Patches(patch_size, name="patches")(x)
+    if stem is not None:
+        x = ResNetStem(**stem, name="resnet_stem")(x)
+    x = Patches(1 if stem is not None else patch_size, name="patches")(x)
     x = PatchEncoder(hidden_size, use_class_token=use_class_token, dropout_rate=dropout_rate, name="patch_encoder")(x)
     for i in range(num_layers):
         x = TransformerBlock(

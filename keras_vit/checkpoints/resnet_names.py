@@ -1,0 +1,74 @@
+"""Official checkpoint names of the hybrid's ResNet stem, mapped onto the `resnet_stem` layer by name.
+
+The key names follow the official Flax modules (google-research/vision_transformer, `vit_jax/models_vit.py`
+and `vit_jax/models_resnet.py`): the root `conv_root`, `gn_root` and the stages `block{s}` of units
+`unit{u}` sit directly in the model, beside `embedding` and `Transformer`, so the released
+`R50+ViT-B_16.npz` holds `conv_root/kernel`, `gn_root/{scale,bias}`,
+`block1/unit1/{conv1,conv2,conv3,conv_proj}/kernel`, `block1/unit1/{gn1,gn2,gn3,gn_proj}/{scale,bias}`
+(no `ResNet/` scope; timm's `_load_weights` and other ports of the official file read exactly these keys).
+
+GroupNorm `scale`/`bias` were stored as (1, 1, 1, C) by the pre-Linen Flax `GroupNorm`; the official
+loader squeezes them (`vit_jax/checkpoint.py`, `_fix_groupnorm`, see google/flax#1721).
+`canonical_resnet_array` does the same, so the canonical form holds (C,) as the Keras layer does.
+
+Example:
+    >>> import keras_vit
+    >>> from keras_vit.checkpoints.resnet_names import resnet_targets
+    >>> model = keras_vit.ViT(image_size=32, patch_size=16, hidden_size=32, num_layers=1, num_heads=2,
+    ...                       mlp_dim=64, classes=5, hybrid=dict(block_units=(1, 1, 1), width=8, groups=4))
+    >>> targets = resnet_targets(model.get_layer("resnet_stem"))
+    >>> tuple(targets["conv_root/kernel"].shape)
+    (7, 7, 3, 8)
+"""
+
+import re
+
+import numpy as np
+
+_GROUP_NORM_KEY = re.compile(r"(^|/)gn(\d+|_root|_proj)/(scale|bias)$")
+_RESNET_KEY = re.compile(r"^(conv_root|gn_root|block\d+/unit\d+)/")
+
+
+def is_resnet_key(key: str) -> bool:
+    """Whether an official checkpoint key (without `params/`-style prefix) belongs to the ResNet stem."""
+    return bool(_RESNET_KEY.match(key))
+
+
+def canonical_resnet_array(key: str, array: np.ndarray) -> np.ndarray:
+    """Squeezes a pre-Linen (1, 1, 1, C) GroupNorm scale or bias to (C,); other arrays are returned as is."""
+    if _GROUP_NORM_KEY.search(key) and array.ndim == 4 and array.shape[:3] == (1, 1, 1):
+        return array.reshape(array.shape[-1])
+    return array
+
+
+def _norm_targets(prefix, norm):
+    return {f"{prefix}/scale": norm.gamma, f"{prefix}/bias": norm.beta}
+
+
+def resnet_targets(layer) -> dict:
+    """Official key -> `keras.Variable` for every weight of a built `keras_vit.layers.ResNetStem`.
+
+    Args:
+        layer: the model's `resnet_stem` layer (`model.get_layer("resnet_stem")`), built.
+
+    Returns:
+        A dict covering every weight of the layer exactly once: `conv_root/kernel` (7, 7, C, width),
+        `gn_root/{scale,bias}`, and per unit `block{s}/unit{u}/conv{1,2,3}/kernel`,
+        `block{s}/unit{u}/gn{1,2,3}/{scale,bias}`, plus `conv_proj/kernel`, `gn_proj/{scale,bias}` in the
+        units that project their shortcut. Kernels are HWIO as in the file; GroupNorm vectors are (C,).
+
+    Raises:
+        ValueError: if the layer is not built.
+    """
+    if not layer.built:
+        raise ValueError(f"`resnet_targets` needs a built ResNetStem. Received: layer={layer.name!r} (not built)")
+    targets = {"conv_root/kernel": layer.conv_root.kernel, **_norm_targets("gn_root", layer.gn_root)}
+    for stage, count in enumerate(layer.block_units, start=1):
+        for index in range(1, count + 1):
+            unit = layer.unit(stage, index)
+            prefix = f"block{stage}/unit{index}"
+            names = ["1", "2", "3"] + (["_proj"] if unit.conv_proj is not None else [])
+            for n in names:
+                targets[f"{prefix}/conv{n}/kernel"] = getattr(unit, f"conv{n}").kernel
+                targets.update(_norm_targets(f"{prefix}/gn{n}", getattr(unit, f"gn{n}")))
+    return targets
