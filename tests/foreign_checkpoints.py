@@ -8,9 +8,15 @@ with tests/numpy_reference.py, so a translation error cannot cancel out.
 
 import json
 import math
+import pathlib
 
 import numpy as np
 from scipy.special import erf
+
+
+GOLDEN = pathlib.Path(__file__).parent / "data" / "torch_golden"
+"""Tiny checkpoints saved by the real timm 1.0.31 and transformers 5.24 with their logits in expected.npz
+(tests/data/make_torch_golden.py): 16 wide, 2 heads, 2 layers, patch 8, 32x32 images, 3 classes."""
 
 
 def _normal(rng, *shape, scale=0.2):

@@ -5,7 +5,7 @@ import json
 
 import numpy as np
 import pytest
-from foreign_checkpoints import hf_config, hf_forward, random_hf_tensors, rel_err, write_hf_folder
+from foreign_checkpoints import GOLDEN, hf_config, hf_forward, random_hf_tensors, rel_err, write_hf_folder
 from numpy_reference import vit_forward
 
 from keras_vit.checkpoints import huggingface
@@ -128,3 +128,19 @@ def test_wrong_names_and_truncated_file(tmp_path):
     (folder / "model.safetensors").write_bytes(data[:-100])
     with pytest.raises(ValueError, match="truncated or corrupt"):
         huggingface.read(folder)
+
+
+@pytest.mark.parametrize("name", ["hf_gelu", "hf_gelu_tanh"])
+def test_folders_saved_by_transformers_reproduce_their_logits(name):
+    expected = np.load(GOLDEN / "expected.npz")
+    checkpoint = huggingface.read(GOLDEN / name)
+    assert rel_err(_official(checkpoint, expected["images"]), expected[name]) < 1e-5
+
+
+def test_vit_model_saved_by_transformers():
+    expected = np.load(GOLDEN / "expected.npz")
+    checkpoint = huggingface.read(GOLDEN / "hf_model" / "model.safetensors")
+    tokens = _official(checkpoint, expected["images"], include_top=False)
+    assert rel_err(tokens, expected["hf_model_hidden"]) < 1e-5
+    p = checkpoint.params
+    assert rel_err(np.tanh(tokens[:, 0] @ p["pre_logits/kernel"] + p["pre_logits/bias"]), expected["hf_model_pooled"]) < 1e-5

@@ -3,7 +3,7 @@ own layout (tests/foreign_checkpoints.py) through the independent official-layou
 
 import numpy as np
 import pytest
-from foreign_checkpoints import random_timm_tensors, rel_err, timm_forward
+from foreign_checkpoints import GOLDEN, random_timm_tensors, rel_err, timm_forward
 from numpy_reference import vit_forward
 
 from keras_vit.checkpoints import timm
@@ -117,3 +117,10 @@ def test_truncated_and_foreign_files(tmp_path):
         timm.read(other)
     with pytest.raises(ValueError, match="does not exist"):
         timm.read(str(tmp_path / "missing.safetensors"))
+
+
+@pytest.mark.parametrize("name", ["timm_token", "timm_gap", "timm_layer_scale", "timm_no_embed_class"])
+def test_files_saved_by_timm_reproduce_timm_logits(name):
+    expected = np.load(GOLDEN / "expected.npz")
+    checkpoint = timm.read(GOLDEN / f"{name}.safetensors", num_heads=2)
+    assert rel_err(_official_logits(checkpoint, expected["images"]), expected[name]) < 1e-5
