@@ -171,6 +171,18 @@ def test_token_geometry_of_a_rectangular_gap_model():
     assert geometry == inspect.TokenGeometry((16, 32), (2, 4), (8.0, 8.0), 0)
 
 
+def test_hybrid_attention_and_geometry_come_from_the_stem_feature_grid(images):
+    from keras_vit.inspect.report import _patch_filters
+
+    model = keras_vit.ViT(image_size=32, patch_size=8, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32,
+                          classes=3, hybrid=dict(block_units=(1, 1), width=8, groups=4))
+    geometry = inspect.token_geometry(model)
+    assert geometry == inspect.TokenGeometry((32, 32), (4, 4), (8.0, 8.0), 1)
+    (probabilities,) = inspect.attention_probabilities(model, images)
+    assert probabilities.shape == (2, 2, 17, 17)
+    assert _patch_filters(model) is None  # the embedding sees stem features, not pixels: no filter images
+
+
 def test_attention_model_rejects_a_non_vit():
     plain = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
     with pytest.raises(ValueError, match="encoder_block_0"):

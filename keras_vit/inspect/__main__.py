@@ -71,7 +71,8 @@ def main(argv=None):
     images = load_images(args.images, model.input_shape[1:3])
     summary = write_report(model, images, args.out, names=[os.path.basename(p) for p in args.images])
     distances = np.asarray(summary["mean_attention_distance"])
-    print(f"model {summary['model']}: grid {summary['grid_shape']}, {summary['patch_size']} pixels per patch")
+    print(f"model {summary['model']}: grid {summary['grid_shape']}, {summary['patch_size']} pixels per patch, "
+          f"uniform attention distance {summary['uniform_attention_distance']:.2f} px")
     for layer, row in enumerate(distances):
         print(f"layer {layer + 1:2d}: mean attention distance {row.mean():6.2f} px  (heads: "
               + " ".join(f"{v:.1f}" for v in row) + ")")

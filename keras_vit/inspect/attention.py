@@ -113,6 +113,8 @@ def attention_probabilities(model, images, batch_size=32):
     outputs = [[] for _ in probe.outputs]
     for start in range(0, len(images), batch_size):
         batch = probe(images[start:start + batch_size], training=False)
+        if len(probe.outputs) == 1:  # a one-output functional model returns a tensor, not a list
+            batch = [batch]
         for layer_outputs, probs in zip(outputs, batch):
             layer_outputs.append(keras.ops.convert_to_numpy(keras.ops.cast(probs, "float32")))
     return [np.concatenate(layer_outputs, axis=0) for layer_outputs in outputs]

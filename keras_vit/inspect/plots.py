@@ -118,13 +118,15 @@ def plot_position_similarity(similarity, path):
     return _save(fig, path)
 
 
-def plot_attention_distance(distances, path, image_size=None):
+def plot_attention_distance(distances, path, image_size=None, uniform_distance=None):
     """The scatter of Figure 7 (right): mean attention distance of every head against network depth.
 
     Args:
         distances: array (layers, heads) in pixels from `mean_attention_distance`.
         path: PNG file to write.
         image_size: optional image side in pixels, drawn as a reference line.
+        uniform_distance: optional distance of uniform attention over the grid, drawn as a reference line
+            (a head near it attends globally; far below it, locally).
 
     Returns:
         `path`.
@@ -146,6 +148,10 @@ def plot_attention_distance(distances, path, image_size=None):
     points = axis.scatter(depth, distances.ravel(), c=head, cmap=cmap, norm=norm, s=18)
     if image_size:
         axis.axhline(image_size, color="grey", linestyle=":", linewidth=1, label=f"image size ({image_size} px)")
+    if uniform_distance:
+        axis.axhline(uniform_distance, color="black", linestyle="--", linewidth=1,
+                     label=f"uniform attention ({uniform_distance:.1f} px)")
+    if image_size or uniform_distance:
         axis.legend(fontsize=8, loc="lower right")
     axis.set_xlabel("network depth (layer)")
     axis.set_ylabel("mean attention distance (pixels)")

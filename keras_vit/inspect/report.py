@@ -53,7 +53,8 @@ def _write_index(out_dir, figures, summary):
         "<!doctype html><html><head><meta charset='utf-8'><title>keras_vit inspection</title></head><body>"
         f"<h1>{html.escape(summary['model'])}: what the ViT learned (paper section 4.5)</h1>"
         f"<p>Images: {html.escape(', '.join(summary['images']))}. Patch grid {summary['grid_shape']}, "
-        f"{summary['patch_size']} pixels per patch.</p>{sections}"
+        f"{summary['patch_size']} pixels per patch; uniform attention would give a mean distance of "
+        f"{summary['uniform_attention_distance']:.2f} px.</p>{sections}"
         "<h2>Mean attention distance (pixels)</h2><table border='1' cellpadding='3'>"
         f"<tr><th>layer</th><th>mean over heads</th><th>per head</th></tr>{rows}</table></body></html>"
     )
@@ -75,7 +76,8 @@ def write_report(model, images, out_dir, names=None, inputs=None):
 
     Returns:
         dict: `files` (written paths), `mean_attention_distance` ((layers, heads) list in pixels,
-        averaged over the images), `grid_shape`, `patch_size`, `model`, `images`.
+        averaged over the images), `uniform_attention_distance` (the value for uniform attention),
+        `grid_shape`, `patch_size`, `model`, `images`.
 
     Example:
         >>> import numpy as np, keras_vit
@@ -96,6 +98,9 @@ def write_report(model, images, out_dir, names=None, inputs=None):
                         image_shape=geometry.image_shape)
     distances = mean_attention_distance(probabilities, geometry.grid_shape, geometry.patch_size,
                                         geometry.num_prefix_tokens)
+    patches = geometry.grid_shape[0] * geometry.grid_shape[1]
+    uniform = mean_attention_distance(np.full((1, 1, patches, patches), 1.0 / patches), geometry.grid_shape,
+                                      geometry.patch_size)
     similarity = position_embedding_similarity(
         np.asarray(model.get_layer("patch_encoder").position_embedding), geometry.grid_shape,
         geometry.num_prefix_tokens)
@@ -106,7 +111,8 @@ def write_report(model, images, out_dir, names=None, inputs=None):
 
     figures = ["attention_rollout.png", "attention_distance.png", "position_similarity.png"]
     plots.plot_attention_overlays(images, maps, out(figures[0]), titles=names)
-    plots.plot_attention_distance(distances, out(figures[1]), image_size=max(geometry.image_shape))
+    plots.plot_attention_distance(distances, out(figures[1]), image_size=max(geometry.image_shape),
+                                  uniform_distance=float(uniform[0]))
     plots.plot_position_similarity(similarity, out(figures[2]))
     if filters is not None:
         figures.append("embedding_filters.png")
@@ -118,6 +124,7 @@ def write_report(model, images, out_dir, names=None, inputs=None):
         "grid_shape": list(geometry.grid_shape),
         "patch_size": list(geometry.patch_size),
         "mean_attention_distance": distances.tolist(),
+        "uniform_attention_distance": float(uniform[0]),
     }
     with open(out("summary.json"), "w", encoding="utf-8") as handle:
         json.dump(summary, handle, indent=1)
