@@ -1,0 +1,238 @@
+"""Few-shot linear evaluation of frozen ViT representations (paper section 4.1, as big_vision does it).
+
+For k shots, k training images per class are drawn; their frozen representations (the pooled, normalised
+[class] token or patch-token mean, or `pre_logits` when the model has one) are whitened with the
+statistics of those k*C examples, a constant bias feature is appended, and a regularised least-squares
+map to {-1, 1} one-hot targets is solved in closed form. Accuracy is measured on the full test split and
+averaged over a few random draws. big_vision's defaults are used: l2 = 2^10, bias feature 100 (so the
+bias is almost unregularised), 3 seeds, shots 1, 5, 10, 25.
+
+    python -m training.fewshot --model workdir/model.keras --dataset digits --shots 1,5,10,25
+    python -m training.fewshot --model vit_b16 --weights w.weights.h5 --dataset cifar100 --data_dir DIR
+
+Datasets come from `training.data`: `digits` (embedded), `folder:PATH` and prepared tensorflow-datasets names.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import numpy as np
+
+L2_REG = 2.0**10
+BIAS_FEATURE = 100.0
+SHOTS = (1, 5, 10, 25)
+
+
+def least_squares_weights(x, targets, l2_reg):
+    """Solves min_W ||x W - targets||^2 + l2_reg ||W||^2 in closed form.
+
+    Uses the primal form (x^T x + l2 I)^-1 x^T y when there are at least as many examples as features,
+    else the equal dual form x^T (x x^T + l2 I)^-1 y, which is cheaper for few shots and wide features.
+
+    Args:
+        x: array (N, D).
+        targets: array (N, C).
+        l2_reg: regularisation strength, > 0.
+
+    Returns:
+        float64 array (D, C).
+
+    Example:
+        >>> least_squares_weights(np.eye(2), np.eye(2), 1.0)
+        array([[0.5, 0. ],
+               [0. , 0.5]])
+    """
+    x = np.asarray(x, dtype=np.float64)
+    targets = np.asarray(targets, dtype=np.float64)
+    num_points, dim = x.shape
+    if num_points >= dim:
+        return np.linalg.solve(x.T @ x + l2_reg * np.eye(dim), x.T @ targets)
+    return x.T @ np.linalg.solve(x @ x.T + l2_reg * np.eye(num_points), targets)
+
+
+def fewshot_accuracy(train_x, train_y, test_x, test_y, l2_reg=L2_REG):
+    """Accuracy of a regularised least-squares linear classifier fit on (train_x, train_y).
+
+    Features are standardised with the training mean and standard deviation (+1e-5), a constant feature
+    `BIAS_FEATURE` is appended as an almost unregularised bias, and the targets are one-hot rows scaled
+    to {-1, 1}; the predicted class is the argmax of the linear scores.
+
+    Args:
+        train_x: array (N, D) of training representations.
+        train_y: int array (N,) of labels in [0, C).
+        test_x: array (M, D).
+        test_y: int array (M,).
+        l2_reg: regularisation strength (big_vision: 2^10).
+
+    Returns:
+        float, the fraction of test examples classified correctly.
+
+    Example:
+        >>> x = np.array([[0.0, 1.0], [1.0, 0.0]])
+        >>> fewshot_accuracy(x, np.array([0, 1]), x, np.array([0, 1]), l2_reg=1.0)
+        1.0
+    """
+    train_x = np.asarray(train_x, dtype=np.float64)
+    test_x = np.asarray(test_x, dtype=np.float64)
+    train_y = np.asarray(train_y).astype(np.int64)
+    test_y = np.asarray(test_y).astype(np.int64)
+    if train_x.ndim != 2 or test_x.ndim != 2 or train_x.shape[1] != test_x.shape[1]:
+        raise ValueError(
+            "`train_x` and `test_x` must be (N, D) and (M, D) arrays of the same width. "
+            f"Received: shapes {train_x.shape} and {test_x.shape}"
+        )
+    if len(train_y) != len(train_x) or len(test_y) != len(test_x):
+        raise ValueError(
+            f"Each feature row needs one label. Received: {len(train_x)} rows and {len(train_y)} labels for train, "
+            f"{len(test_x)} rows and {len(test_y)} labels for test"
+        )
+    if not l2_reg > 0:
+        raise ValueError(f"`l2_reg` must be positive. Received: l2_reg={l2_reg}")
+    num_classes = int(max(train_y.max(), test_y.max())) + 1
+    mean = train_x.mean(axis=0, keepdims=True)
+    std = train_x.std(axis=0, keepdims=True) + 1e-5
+
+    def features(x):
+        x = (x - mean) / std
+        return np.concatenate([x, np.full((len(x), 1), BIAS_FEATURE)], axis=1)
+
+    targets = 2.0 * np.eye(num_classes)[train_y] - 1.0
+    weights = least_squares_weights(features(train_x), targets, l2_reg)
+    predictions = (features(test_x) @ weights).argmax(axis=1)
+    return float(np.mean(predictions == test_y))
+
+
+def sample_shots(labels, shots, seed):
+    """Indices of `shots` random examples of every class (all of a class's examples if it has fewer).
+
+    Example:
+        >>> len(sample_shots(np.array([0, 0, 1, 1, 1]), 2, seed=0))
+        4
+    """
+    labels = np.asarray(labels)
+    rng = np.random.default_rng(seed)
+    per_class = [rng.permutation(np.flatnonzero(labels == c))[:shots] for c in np.unique(labels)]
+    return np.concatenate(per_class)
+
+
+def evaluate(train_x, train_y, test_x, test_y, shots=SHOTS, seeds=3, l2_reg=L2_REG):
+    """Few-shot accuracies: {shots: [accuracy for each seed]} from precomputed representations."""
+    results = {}
+    for k in shots:
+        results[k] = []
+        for seed in range(seeds):
+            index = sample_shots(train_y, k, seed)
+            results[k].append(fewshot_accuracy(train_x[index], train_y[index], test_x, test_y, l2_reg))
+    return results
+
+
+# --- models and representations ---------------------------------------------------------------------
+
+
+def representation_model(model):
+    """The frozen representation of a keras_vit model: `pre_logits` if present, else the pooled tokens.
+
+    A model with a head gives the input of its head's last stage (`pre_logits`, or `pooling`: the [class]
+    token or the patch-token mean per its classifier); a model built with `include_top=False` and a
+    `pooling` gives its output; a token-sequence model is pooled by its classifier here.
+    """
+    import keras
+
+    from keras_vit.layers import TokenPooling
+
+    names = {layer.name for layer in model.layers}
+    for name in ("pre_logits", "pooling"):
+        if name in names:
+            return keras.Model(model.input, model.get_layer(name).output, name=f"{model.name}_representation")
+    if len(model.output.shape) == 2:
+        return model
+    prefix = model.get_layer("patch_encoder").num_prefix_tokens
+    pooled = TokenPooling("token" if prefix else "avg", prefix, name="pooling")(model.output)
+    return keras.Model(model.input, pooled, name=f"{model.name}_representation")
+
+
+def load_representation_model(model, weights=None, image_size=224, classifier=None):
+    """A representation model from a constructor name (`vit_b16`) or a `.keras` file."""
+    import keras
+
+    from keras_vit import loading
+    from keras_vit.applications import CONSTRUCTORS
+
+    if model.lower() in CONSTRUCTORS:
+        kwargs = {} if classifier is None else {"classifier": classifier}
+        pooling = "avg" if classifier == "gap" else "token"
+        built = CONSTRUCTORS[model.lower()](
+            include_top=False, pooling=pooling, weights=weights, input_shape=(image_size, image_size, 3), **kwargs
+        )
+        return representation_model(built)
+    if model.endswith(".keras") and os.path.exists(model):
+        loaded = keras.saving.load_model(model)
+        if weights is not None:
+            loading.load_weights(loaded, weights)
+        return representation_model(loaded)
+    raise ValueError(
+        f"`--model` must be one of {sorted(CONSTRUCTORS)} or an existing `.keras` file. Received: model={model!r}"
+    )
+
+
+def representations(model, dataset):
+    """(features (N, D) float32, labels (N,)) of a finite dataset of ([-1, 1] images, labels) batches."""
+    raw_pixels = any(layer.name == "preprocessing" for layer in model.layers)
+    features, labels = [], []
+    for images, batch_labels in dataset:
+        if raw_pixels:  # the model scales [0, 255] itself
+            images = (images + 1.0) * 127.5
+        features.append(np.asarray(model(images, training=False), dtype=np.float32))
+        labels.append(np.asarray(batch_labels))
+    return np.concatenate(features), np.concatenate(labels)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m training.fewshot", description=__doc__.split("\n")[0])
+    parser.add_argument("--model", required=True, help="constructor name (vit_b16, ...) or a .keras file")
+    parser.add_argument("--weights", default=None, help="weights for the constructor, or a .weights.h5 file")
+    parser.add_argument("--classifier", default=None, choices=("token", "gap"), help="for constructors")
+    parser.add_argument("--dataset", default="digits", help="digits, folder:PATH or a tensorflow-datasets name")
+    parser.add_argument("--data_dir", default=None, help="tensorflow-datasets data directory")
+    parser.add_argument("--train_split", default=None, help="default: train")
+    parser.add_argument("--test_split", default=None, help="default: the dataset's test/validation split")
+    parser.add_argument("--shots", default="1,5,10,25", help="comma-separated shots per class")
+    parser.add_argument("--seeds", type=int, default=3, help="random draws per shot count")
+    parser.add_argument("--l2_reg", type=float, default=L2_REG)
+    parser.add_argument("--image_size", type=int, default=None, help="default: the model's input size (224)")
+    parser.add_argument("--batch_size", type=int, default=64)
+    args = parser.parse_args(argv)
+    try:
+        shots = tuple(int(s) for s in args.shots.split(","))
+    except ValueError:
+        parser.error(f"--shots must be comma-separated integers. Received: {args.shots!r}")
+    if min(shots) < 1:
+        parser.error(f"--shots must be positive. Received: {args.shots!r}")
+
+    from training import data
+
+    model = load_representation_model(args.model, args.weights, args.image_size or 224, args.classifier)
+    image_size = model.input_shape[1]
+    default_train, default_test = data.default_splits(args.dataset, args.data_dir)
+    splits = {"train": args.train_split or default_train, "test": args.test_split or default_test}
+    arrays = {}
+    for role, split in splits.items():
+        dataset, _ = data.make_dataset(args.dataset, split, args.data_dir, image_size=image_size,
+                                       batch_size=args.batch_size)
+        arrays[role] = representations(model, dataset)
+    (train_x, train_y), (test_x, test_y) = arrays["train"], arrays["test"]
+    num_classes = int(max(train_y.max(), test_y.max())) + 1
+    print(f"{args.model} on {args.dataset}: {train_x.shape[1]}-d representations, {len(train_x)} train "
+          f"({splits['train']}), {len(test_x)} test ({splits['test']}) examples, {num_classes} classes, "
+          f"l2_reg={args.l2_reg:g}, {args.seeds} seeds")
+    for k, accuracies in evaluate(train_x, train_y, test_x, test_y, shots, args.seeds, args.l2_reg).items():
+        print(f"{k:3d}-shot accuracy: {100 * np.mean(accuracies):6.2f}% (std {100 * np.std(accuracies):.2f} "
+              f"over {len(accuracies)} seeds)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
