@@ -59,7 +59,8 @@ def load_images(paths, size):
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m keras_vit.inspect", description=__doc__.split("\n")[0])
     parser.add_argument("--model", required=True, help="constructor name (vit_b16, ...) or a .keras file")
-    parser.add_argument("--weights", default=None, help="weights for the constructor or a .weights.h5 file")
+    parser.add_argument("--weights", default=None,
+                        help="weights for the constructor (omit: random initialisation) or a .weights.h5 file")
     parser.add_argument("--image-size", type=int, default=None, help="input side for constructors")
     parser.add_argument("--images", nargs="+", required=True, help="image files (any format PIL reads)")
     parser.add_argument("--out", required=True, help="output folder")
