@@ -185,7 +185,7 @@ def representations(model, dataset):
     for images, batch_labels in dataset:
         if raw_pixels:  # the model scales [0, 255] itself
             images = (images + 1.0) * 127.5
-        features.append(np.asarray(model(images, training=False), dtype=np.float32))
+        features.append(np.asarray(model.predict_on_batch(images), dtype=np.float32))
         labels.append(np.asarray(batch_labels))
     return np.concatenate(features), np.concatenate(labels)
 
