@@ -3,16 +3,21 @@ contract: `include_top, weights, input_tensor, input_shape, pooling, classes, cl
 
 from keras_vit import vit
 from keras_vit.variants import VARIANTS, Variant
+from keras_vit.weights import DEFAULT_WEIGHTS
 
 _DOCSTRING = """Instantiates {hybrid}ViT-{width}/{patch} (paper Table 1: {layers} layers, D={hidden}, MLP {mlp}, {heads} heads).
 
     Args:
         include_top: add the [class]-token pooling and the classification `head`.
-        weights: None (random initialisation) or a path to weights (see `keras_vit.ViT`).
+        weights: {default_weights} (default: its best published checkpoint, downloaded once into the Keras
+            cache), another published name, None (random initialisation, no network) or a path to a
+            checkpoint or `.weights.h5` file (see `keras_vit.ViT` and `keras_vit.weights`).
         input_tensor: optional Keras tensor to use as image input.
-        input_shape: (height, width, channels), multiples of {patch}; default (224, 224, 3).
+        input_shape: (height, width, channels), multiples of {patch}; default: the checkpoint's resolution
+            ((224, 224, 3) without weights). Another size resamples the position embedding.
         pooling: with `include_top=False`: None (token sequence), "token", "avg" or "max".
-        classes: number of classes of the head.
+        classes: number of classes of the head; default: the checkpoint's (1000 without weights). Other
+            values give a new zero-initialised head for fine-tuning.
         classifier_activation: activation of the head ("softmax"; None for logits).
         name: model name.
         **kwargs: more `keras_vit.ViT` arguments: `dropout_rate`, `attention_dropout_rate`,
@@ -32,11 +37,11 @@ _DOCSTRING = """Instantiates {hybrid}ViT-{width}/{patch} (paper Table 1: {layers
 def _constructor(variant: Variant):
     def constructor(
         include_top=True,
-        weights=None,
+        weights=DEFAULT_WEIGHTS.get(variant.name),
         input_tensor=None,
         input_shape=None,
         pooling=None,
-        classes=1000,
+        classes=None,
         classifier_activation="softmax",
         name=variant.model_name,
         **kwargs,
@@ -63,6 +68,7 @@ def _constructor(variant: Variant):
         mlp=variant.mlp_dim,
         heads=variant.num_heads,
         constructor=variant.constructor_name,
+        default_weights=repr(DEFAULT_WEIGHTS.get(variant.name)),
         hybrid=f"{variant.hybrid.upper()}+" if variant.hybrid else "",
     )
     return constructor

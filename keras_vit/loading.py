@@ -1,31 +1,465 @@
-"""Puts weights into a built model. Today: Keras `.weights.h5` files of the same architecture."""
+"""Puts pretrained weights into keras_vit models, strictly: every model weight is set from the file and every
+file tensor is used or reported as skipped; otherwise a ValueError lists what is missing, unexpected or
+mis-shaped, and says which variant the file looks like.
 
+`weights` may be a published name (`keras_vit.weights`), an official `.npz` (any spelling), a timm
+`.safetensors`, a Hugging Face ViT folder or its `model.safetensors`, or a Keras `.weights.h5`; the format is
+detected from the file itself. For checkpoints, `ViT(weights=...)` reads the file first, takes the
+architecture from its shapes (validating what the caller fixed), builds a fresh model and then loads it, so
+a failed load never leaves a half-loaded model behind. Resolution changes resample the position embedding
+(paper section 3.2, `keras_vit.pos_embed`); a different number of classes gets a new zero-initialised head
+(as the paper's fine-tuning); `include_top=False` skips the head. Each of these is logged on the
+`"keras_vit"` logger; a raw ImageNet-21k zero head used for inference raises a `UserWarning`.
+
+Example:
+    >>> import keras_vit
+    >>> model = keras_vit.ViT(weights="ViT-B_16.npz", input_shape=(384, 384, 3))  # doctest: +SKIP
+"""
+
+import dataclasses
+import logging
 import os
+import warnings
+import zipfile
 
-import keras
+import numpy as np
+
+from keras_vit import pos_embed
+from keras_vit import weights as weights_table
+from keras_vit.checkpoints import architecture, keras_names, npz
+from keras_vit.checkpoints.canonical import Checkpoint
+
+log = logging.getLogger("keras_vit")
+
+_FILE_SUFFIXES = (".npz", ".h5", ".safetensors", ".json", ".bin", ".pth", ".pt", ".ckpt")
+_HEAD_KEYS = ("head/kernel", "head/bias")
+_PRE_LOGITS_KEYS = ("pre_logits/kernel", "pre_logits/bias")
+_LISTED = 12  # keys shown per category in an error message
 
 
-def load_weights(model: keras.Model, weights) -> None:
-    """Loads `weights` into `model` or raises; never leaves a silent partial load.
+@dataclasses.dataclass
+class LoadReport:
+    """What a checkpoint load did.
 
     Args:
-        model: a built keras_vit model.
-        weights: path to a Keras `.weights.h5` file.
+        loaded: official keys assigned to model variables.
+        skipped: file keys deliberately not used (e.g. the head with `include_top=False`).
+        reinitialised: model keys not taken from the file on purpose (a new head for other classes).
+        resampled: ((old_h, old_w), (new_h, new_w), method) when the position embedding was resampled.
+    """
+
+    loaded: list
+    skipped: list
+    reinitialised: list
+    resampled: tuple | None = None
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Where the weights come from
+
+
+def is_path(weights) -> bool:
+    """Whether `weights` names a file or folder (rather than a published name).
 
     Raises:
-        ValueError: unknown name, missing file or a file that does not match the architecture.
+        ValueError: when `weights` is neither a string nor a path.
     """
-    path = os.fspath(weights)
-    if not path.endswith(".weights.h5"):
+    if isinstance(weights, os.PathLike):
+        return True
+    if not isinstance(weights, str):
         raise ValueError(
-            "`weights` must be None or the path to a Keras `.weights.h5` file. "
+            "`weights` must be None, a published name or the path to a weights file or folder. "
             f"Received: weights={weights!r}"
         )
+    return "/" in weights or os.sep in weights or weights.lower().endswith(_FILE_SUFFIXES) or os.path.exists(weights)
+
+
+def is_keras_weights(weights) -> bool:
+    """Whether `weights` is a Keras `.weights.h5` path (loaded with `model.load_weights`)."""
+    return weights is not None and is_path(weights) and os.fspath(weights).lower().endswith(".h5")
+
+
+def resolve_path(weights, variant: str | None) -> tuple[str, weights_table.WeightsEntry | None]:
+    """The local path for `weights` (downloading a published name into the Keras cache) and its table entry.
+
+    Raises:
+        ValueError: an unknown name (listing the known ones) or a path that does not exist.
+    """
+    if is_path(weights):
+        path = os.fspath(weights)
+        if not os.path.exists(path):
+            raise ValueError(f"The weights file does not exist. Received: weights={weights!r}")
+        return path, None
+    if weights not in weights_table.all_names():
+        raise ValueError(
+            f"Unknown weights name. Received: weights={weights!r}. Known names: "
+            f"{', '.join(repr(n) for n in weights_table.all_names())} (not every variant has every one), "
+            "None, or the path to a .npz, .safetensors, Hugging Face folder or .weights.h5 file."
+        )
+    entry = weights_table.get_entry(variant, weights)
+    return weights_table.fetch(entry), entry
+
+
+def _detect(path: str) -> str:
+    if os.path.isfile(path):
+        with open(path, "rb") as handle:
+            if handle.read(4) == b"PK\x03\x04":
+                return "official_npz"
+    from keras_vit.checkpoints.detect import detect_format
+
+    return detect_format(path)
+
+
+def read_checkpoint(path, num_heads: int | None = None) -> Checkpoint:
+    """Reads any supported checkpoint file or folder into the canonical (official) layout.
+
+    Args:
+        path: an official `.npz`, a timm `.safetensors`, a Hugging Face folder or `model.safetensors`.
+        num_heads: heads per block, for timm files (which do not store it); inferred from the width if None.
+
+    Raises:
+        ValueError: an unknown, pickle-based, truncated or corrupt file, or a Keras `.weights.h5`.
+    """
+    path = os.fspath(path)
+    kind = _detect(path)
+    if kind == "official_npz":
+        return npz.read(path)
+    if kind == "timm":
+        from keras_vit.checkpoints import timm
+
+        return timm.read(path, num_heads=num_heads)
+    if kind == "huggingface":
+        from keras_vit.checkpoints import huggingface
+
+        return huggingface.read(path)
+    raise ValueError(
+        "A Keras .weights.h5 file holds no architecture to read; build the model and pass the file as "
+        f"`weights=` (or use `model.load_weights`). Received: path={path!r}"
+    )
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Building a model from a checkpoint
+
+
+def _variant_key(args: dict) -> str | None:
+    """The variant table key (`"B16"`, `"R50_B16"`) of the requested architecture, or None."""
+    from keras_vit.variants import VARIANTS
+
+    wanted = dict(patch_size=args.get("patch_size") or 16, hidden_size=args.get("hidden_size") or 768,
+                  num_layers=args.get("num_layers") or 12, num_heads=args.get("num_heads") or 12,
+                  mlp_dim=args.get("mlp_dim") or 3072)
+    if args.get("hybrid") is not None:
+        wanted["hybrid"] = args["hybrid"]
+    for key, variant in VARIANTS.items():
+        if variant.architecture() == wanted:
+            return key
+    return None
+
+
+def _same_stem(requested, found: dict) -> bool:
+    from keras_vit.layers.resnet import RESNET_STEMS
+
+    stem = RESNET_STEMS.get(requested) if isinstance(requested, str) else requested
+    if not isinstance(stem, dict):
+        return False
+    return all(tuple(np.atleast_1d(stem[k])) == tuple(np.atleast_1d(found[k])) for k in found if k in stem)
+
+
+def _resolve_architecture(args: dict, arch: architecture.CheckpointArchitecture, label) -> None:
+    """Fills unset architecture arguments from the checkpoint; raises on a conflict with set ones."""
+    conflicts = []
+    for key, value in arch.model_arguments().items():
+        given = args.get(key)
+        if given is None:
+            args[key] = value
+        elif key == "hybrid":
+            if not _same_stem(given, arch.hybrid):
+                conflicts.append(f"hybrid={given!r} (checkpoint stem: {arch.hybrid})")
+            args[key] = given  # keep the caller's spelling (it may carry GroupNorm groups)
+        elif given != value:
+            conflicts.append(f"{key}={given!r} (checkpoint: {value!r})")
+    if args.get("hybrid") is not None and arch.hybrid is None:
+        conflicts.append(f"hybrid={args['hybrid']!r} (checkpoint: a plain ViT without a ResNet stem)")
+    classifier = args.get("classifier")
+    if classifier is not None and classifier != arch.classifier:
+        conflicts.append(f"classifier={classifier!r} (checkpoint: {arch.classifier!r})")
+    args["classifier"] = arch.classifier
+    if conflicts:
+        raise ValueError(
+            f"The checkpoint does not match the requested architecture: {'; '.join(conflicts)}. "
+            f"The checkpoint looks like {arch.describe()}. Use the matching constructor or leave these arguments "
+            f"unset to take them from the checkpoint. Received: weights={label!r}"
+        )
+
+
+def _resolve_head(args: dict, arch: architecture.CheckpointArchitecture, label) -> None:
+    if not args.get("include_top", True):
+        args["representation_size"] = None
+        return
+    given = args.get("representation_size")
+    if given is not None and arch.representation_size is not None and given != arch.representation_size:
+        raise ValueError(
+            f"`representation_size={given}` does not match the checkpoint's pre_logits width "
+            f"{arch.representation_size}. Received: weights={label!r}"
+        )
+    if args.get("classes") is None:
+        args["classes"] = arch.classes or 1000
+    if given is None:
+        # A new head means fine-tuning, which drops pre_logits as the official code does (vit_jax
+        # `load_pretrained`, "drop-head variant"); representation_size=N keeps it.
+        new_head = arch.classes is not None and args["classes"] != arch.classes
+        args["representation_size"] = None if new_head else arch.representation_size
+
+
+def _resolve_numerics(args: dict, checkpoint: Checkpoint) -> None:
+    """GELU form and LayerNorm epsilon follow the source unless the caller set them."""
+    for key, value in (("gelu_approximate", checkpoint.gelu_approximate),
+                       ("layer_norm_epsilon", checkpoint.layer_norm_epsilon)):
+        if args.get(key) is None:
+            args[key] = value
+        elif args[key] != value:
+            log.warning("Using %s=%r although the %s checkpoint was trained with %r: outputs will differ from "
+                        "the source model.", key, args[key], checkpoint.source, value)
+
+
+def _resolve_input(args: dict, arch: architecture.CheckpointArchitecture, entry, label) -> None:
+    shape = args.get("input_shape")
+    tensor = args.get("input_tensor")
+    if shape is None and tensor is not None:
+        shape = tuple(tensor.shape[1:])
+    if shape is None:
+        size = args.get("image_size")
+        if size is None:
+            size = arch.image_size or (entry.image_size if entry else 224)
+        height, width = (size, size) if isinstance(size, int) else tuple(size)
+        args["input_shape"] = (height, width, arch.channels)
+        return
+    if len(shape) == 3 and shape[-1] is not None and shape[-1] != arch.channels:
+        raise ValueError(
+            f"The checkpoint expects images with {arch.channels} channels (its patch embedding kernel is "
+            f"(P, P, {arch.channels}, D)). Received: input_shape={tuple(shape)}, weights={label!r}"
+        )
+
+
+def build_from_checkpoint(builder, arguments: dict):
+    """Builds `builder(**arguments)` with the architecture of the checkpoint `arguments["weights"]`, then loads it.
+
+    Args:
+        builder: `keras_vit.ViT`.
+        arguments: the caller's `ViT` arguments; None means "take it from the checkpoint".
+
+    Returns:
+        The loaded `keras.Model`.
+
+    Raises:
+        ValueError: unknown name, unreadable file, architecture conflict, wrong channels, or a strict-load failure.
+    """
+    args = dict(arguments)
+    label = args.pop("weights")
+    interpolation = args.get("pos_embed_interpolation") or "bilinear"
+    if interpolation not in pos_embed.METHODS:
+        raise ValueError(
+            f"`pos_embed_interpolation` must be one of {pos_embed.METHODS}. "
+            f"Received: pos_embed_interpolation={interpolation!r}"
+        )
+    path, entry = resolve_path(label, _variant_key(args))
+    checkpoint = read_checkpoint(path, num_heads=args.get("num_heads"))
+    arch = architecture.infer(checkpoint)
+    _resolve_architecture(args, arch, label)
+    _resolve_head(args, arch, label)
+    _resolve_numerics(args, checkpoint)
+    _resolve_input(args, arch, entry, label)
+    model = builder(**args, weights=None)
+    load_checkpoint(model, checkpoint, interpolation=interpolation, label=label)
+    return model
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Loading into a built model
+
+
+def _model_grid(model) -> tuple[int, int]:
+    """The (rows, cols) patch grid the model's position embedding covers."""
+    patches = model.get_layer("patches")
+    _, height, width, _ = patches.input.shape
+    return height // patches.patch_size, width // patches.patch_size
+
+
+def _fit_array(key, array, variable, model, arch, interpolation, report):
+    """The file array shaped for `variable`, or None when it cannot be."""
+    target = tuple(variable.shape)
+    if tuple(array.shape) == target:
+        return array
+    if key in keras_names.RESHAPED_KEYS and array.size == int(np.prod(target)) and array.shape[-1] == target[-1]:
+        return array.reshape(target)
+    if key == keras_names.POSITION_EMBEDDING and array.ndim == 3 and array.shape[-1] == target[-1]:
+        prefix = model.get_layer("patch_encoder").num_prefix_tokens
+        if arch.grid is None or array.shape[1] - prefix != arch.grid[0] * arch.grid[1]:
+            return None
+        new_grid = _model_grid(model)
+        report.resampled = (arch.grid, new_grid, interpolation)
+        return pos_embed.resample_position_embedding(array, new_grid, prefix, arch.grid, interpolation)
+    return None
+
+
+def _listing(title, keys) -> str:
+    keys = sorted(keys)
+    more = f" ... and {len(keys) - _LISTED} more" if len(keys) > _LISTED else ""
+    return f"{title} ({len(keys)}): {', '.join(keys[:_LISTED])}{more}"
+
+
+def plan_load(model, checkpoint: Checkpoint, interpolation: str = "bilinear", label=None):
+    """Matches every model variable with a file array, without assigning anything.
+
+    Returns:
+        (assignments, report): a list of (variable, array) and a `LoadReport`.
+
+    Raises:
+        ValueError: listing missing, unexpected and mis-shaped keys, and naming the variant the file looks like.
+    """
+    label = checkpoint.path if label is None else label
+    params = checkpoint.params
+    arch = architecture.infer(checkpoint)
+    targets = keras_names.targets(model)
+    report = LoadReport(loaded=[], skipped=[], reinitialised=[])
+    assignments, missing, misshaped = [], [], []
+    head = targets.get("head/kernel")
+    new_head = head is not None and "head/kernel" in params and params["head/kernel"].shape[-1] != head.shape[-1]
+    for key, variable in targets.items():
+        if new_head and key in _HEAD_KEYS:
+            report.reinitialised.append(key)
+            assignments.append((variable, np.zeros(tuple(variable.shape))))
+            continue
+        if key not in params:
+            if key in _PRE_LOGITS_KEYS and "pre_logits/kernel" not in params:
+                report.reinitialised.append(key)  # representation_size asked for a layer the file lacks
+                continue
+            missing.append(key)
+            continue
+        array = _fit_array(key, params[key], variable, model, arch, interpolation, report)
+        if array is None:
+            misshaped.append(f"{key} file {tuple(params[key].shape)} vs model {tuple(variable.shape)}")
+            continue
+        assignments.append((variable, array))
+        report.loaded.append(key)
+    unexpected = []
+    for key in params:
+        if key in targets:
+            continue
+        if (key in _HEAD_KEYS and head is None) or (key in _PRE_LOGITS_KEYS and (head is None or new_head)):
+            report.skipped.append(key)  # include_top=False, or pre_logits dropped for a new head
+        else:
+            unexpected.append(key)
+    if missing or unexpected or misshaped:
+        parts = [_listing(t, k) for t, k in (("missing in the file", missing), ("unexpected in the file", unexpected),
+                                              ("mis-shaped", misshaped)) if k]
+        raise ValueError(
+            f"The checkpoint {label!r} does not match model {model.name!r}. " + "; ".join(parts) +
+            f". The checkpoint looks like {arch.describe()}."
+        )
+    return assignments, report
+
+
+def load_checkpoint(model, checkpoint: Checkpoint, interpolation: str = "bilinear", label=None) -> LoadReport:
+    """Loads a canonical checkpoint into a built model: everything is validated before anything is assigned.
+
+    Raises:
+        ValueError: see `plan_load`.
+    """
+    label = checkpoint.path if label is None else label
+    assignments, report = plan_load(model, checkpoint, interpolation, label)
+    for variable, array in assignments:
+        variable.assign(np.asarray(array, dtype=variable.dtype))
+    _report(model, checkpoint, report, label)
+    return report
+
+
+def _report(model, checkpoint, report: LoadReport, label) -> None:
+    log.info("Loaded %d arrays of %s (%s) into %r.", len(report.loaded), label, checkpoint.source, model.name)
+    if report.resampled:
+        old, new, method = report.resampled
+        log.info("Resampled the position embedding from a %dx%d to a %dx%d patch grid (%s, class token kept).",
+                 *old, *new, method)
+    if report.skipped and "head" not in {layer.name for layer in model.layers}:
+        log.info("Skipped %s: the model has no classification head (include_top=False).",
+                 ", ".join(sorted(report.skipped)))
+    elif report.skipped:
+        log.info("Skipped %s: fine-tuning with a new head drops pre_logits, as the official code does "
+                 "(pass representation_size=N to keep it).", ", ".join(sorted(report.skipped)))
+    head_new = [k for k in report.reinitialised if k.startswith("head/")]
+    if head_new:
+        log.warning("The checkpoint's head has %d classes and the model %d: the head is new and zero-initialised "
+                    "(as in the paper's fine-tuning); train it before use.",
+                    checkpoint.params["head/kernel"].shape[-1], model.get_layer("head").kernel.shape[-1])
+    if any(k.startswith("pre_logits/") for k in report.reinitialised):
+        log.warning("The checkpoint has no pre_logits layer; the model's pre_logits is newly initialised.")
+    if "head/kernel" in report.loaded and not np.any(checkpoint.params["head/kernel"]):
+        warnings.warn(
+            f"The head of {label!r} is all zeros: it is a raw ImageNet-21k pre-training checkpoint whose head "
+            "was zeroed on purpose. Its predictions are meaningless; fine-tune the model first (pass "
+            "`classes=...` for a new zero-initialised head, or `include_top=False` for features).",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
+def _model_variant_key(model) -> str | None:
+    """The variant table key of a built keras_vit model, read from its layers' configurations."""
+    blocks = 0
+    while any(layer.name == f"encoder_block_{blocks}" for layer in model.layers):
+        blocks += 1
+    if not blocks:
+        return None
+    block, encoder = model.get_layer("encoder_block_0"), model.get_layer("patch_encoder")
+    names = {layer.name for layer in model.layers}
+    patch = model.get_layer("patches").patch_size
+    args = dict(patch_size=patch, hidden_size=encoder.hidden_size, num_layers=blocks, num_heads=block.num_heads,
+                mlp_dim=block.mlp_dim)
+    if "resnet_stem" in names:
+        from keras_vit.layers.resnet import stem_stride
+
+        stem = model.get_layer("resnet_stem")
+        args["patch_size"] = patch * stem_stride(stem.block_units)
+        args["hybrid"] = "r50"
+    return _variant_key(args)
+
+
+def load_weights(model, weights, interpolation: str = "bilinear") -> LoadReport | None:
+    """Loads `weights` into an existing keras_vit model, strictly; the model is untouched when it fails.
+
+    Unlike `ViT(weights=...)` the architecture is the model's: a checkpoint must fit it (the position
+    embedding may be resampled and the head replaced, as described in the module docstring).
+
+    Args:
+        model: a model built by `keras_vit.ViT` or a named constructor.
+        weights: a published name, a checkpoint path, or a Keras `.weights.h5` path.
+        interpolation: position-embedding resampling, `"bilinear"` (official) or `"bicubic"`.
+
+    Returns:
+        A `LoadReport` for checkpoints; None for `.weights.h5` files.
+
+    Raises:
+        ValueError: unknown name, missing or unreadable file, or weights that do not match the model.
+    """
+    if is_keras_weights(weights):
+        return _load_keras_weights(model, os.fspath(weights))
+    path, _ = resolve_path(weights, _model_variant_key(model))
+    return load_checkpoint(model, read_checkpoint(path), interpolation=interpolation, label=weights)
+
+
+def _load_keras_weights(model, path: str) -> None:
     if not os.path.exists(path):
-        raise ValueError(f"The weights file does not exist. Received: weights={weights!r}")
+        raise ValueError(f"The weights file does not exist. Received: weights={path!r}")
+    if not path.endswith(".weights.h5"):
+        raise ValueError(f"Keras weights files must end in `.weights.h5`. Received: weights={path!r}")
+    before = [np.array(v) for v in model.weights]
     try:
         model.load_weights(path)
-    except ValueError as error:
+    except (ValueError, OSError, KeyError, zipfile.BadZipFile) as error:
+        for variable, value in zip(model.weights, before):  # never leave the model half-loaded
+            variable.assign(value)
         raise ValueError(
-            f"The weights file {path!r} does not match the architecture of model {model.name!r}: {error}"
+            f"The weights file {path!r} does not match the architecture of model {model.name!r}, or is corrupt: "
+            f"{error}"
         ) from error

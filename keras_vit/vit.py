@@ -27,14 +27,14 @@ def _model_inputs(input_tensor, shape):
 
 
 def ViT(
-    image_size=224,
-    patch_size=16,
-    hidden_size=768,
-    num_layers=12,
-    num_heads=12,
-    mlp_dim=3072,
-    classes=1000,
-    classifier="token",
+    image_size=None,
+    patch_size=None,
+    hidden_size=None,
+    num_layers=None,
+    num_heads=None,
+    mlp_dim=None,
+    classes=None,
+    classifier=None,
     representation_size=None,
     include_top=True,
     weights=None,
@@ -45,29 +45,41 @@ def ViT(
     dropout_rate=0.0,
     attention_dropout_rate=0.0,
     drop_path_rate=0.0,
-    gelu_approximate=True,
-    layer_norm_epsilon=1e-6,
+    gelu_approximate=None,
+    layer_norm_epsilon=None,
     include_preprocessing=False,
     name=None,
     hybrid=None,
+    pos_embed_interpolation="bilinear",
 ):
     """Builds a Vision Transformer (Dosovitskiy et al., ICLR 2021, arXiv 2010.11929, section 3.1).
 
+    Arguments left at None take their value from the checkpoint when `weights` names one (a published
+    name or a checkpoint file), else the ViT-B/16 default shown in brackets.
+
     Args:
-        image_size: int or (height, width); used when `input_shape` and `input_tensor` are None.
-        patch_size: P; height and width must be multiples of it.
-        hidden_size: D, the token width.
-        num_layers: number of Transformer blocks.
-        num_heads: attention heads per block.
-        mlp_dim: hidden width of each block's MLP.
-        classes: number of classes of the head (with `include_top=True`).
+        image_size: int or (height, width); used when `input_shape` and `input_tensor` are None
+            [the checkpoint's training resolution, else 224].
+        patch_size: P; height and width must be multiples of it [16].
+        hidden_size: D, the token width [768].
+        num_layers: number of Transformer blocks [12].
+        num_heads: attention heads per block [12].
+        mlp_dim: hidden width of each block's MLP [3072].
+        classes: number of classes of the head (with `include_top=True`) [the checkpoint's, else 1000].
+            Different from the checkpoint's: a new zero-initialised head (logged).
         classifier: `"token"` (prepend a [class] token and classify from it) or `"gap"` (no class token;
-            classify the mean of the patch tokens).
+            classify the mean of the patch tokens) ["token"].
         representation_size: width of the tanh `pre_logits` layer before the head (the imagenet21k
-            pre-training setup), or None for none.
+            pre-training setup), or None for none [the checkpoint's; with a new head for other classes,
+            none: fine-tuning drops pre_logits as the official code does].
         include_top: add pooling, `pre_logits` and the `head`. Without it the model returns the
             normalised tokens (B, T, D), or a (B, D) vector with `pooling`.
-        weights: None (random initialisation) or a path to a `.weights.h5` file of the same architecture.
+        weights: None (random initialisation, no network), a published name (`"imagenet21k"`,
+            `"imagenet21k+imagenet2012"`, `"augreg_in21k"`, `"augreg_in21k_ft_in1k"`, ...; see
+            `keras_vit.weights`), the path to an official `.npz`, a timm `.safetensors`, a Hugging Face ViT
+            folder or `model.safetensors`, or a Keras `.weights.h5` of the same architecture. Checkpoints are
+            loaded strictly (see `keras_vit.loading`); a different input size resamples the position
+            embedding (logged).
         input_tensor: optional Keras tensor (or backend tensor) to use as the image input.
         input_shape: (height, width, channels), channels last; overrides `image_size`.
         pooling: with `include_top=False`: None (tokens), `"token"`, `"avg"` or `"max"` (over patch tokens).
@@ -75,8 +87,10 @@ def ViT(
         dropout_rate: dropout after the embeddings, the attention output and in the MLP.
         attention_dropout_rate: dropout on the attention probabilities.
         drop_path_rate: stochastic depth; block i uses drop_path_rate * i / (num_layers - 1).
-        gelu_approximate: tanh-form GELU (official checkpoints) or exact erf GELU (timm, HF).
-        layer_norm_epsilon: epsilon of every LayerNorm (1e-6 as the official code).
+        gelu_approximate: tanh-form GELU (official checkpoints) or exact erf GELU (timm, HF) [the
+            checkpoint source's, else True].
+        layer_norm_epsilon: epsilon of every LayerNorm [the checkpoint source's, else 1e-6 as the
+            official code].
         include_preprocessing: put the official [0, 255] -> [-1, 1] scaling inside the model.
         name: model name.
         hybrid: None for the plain ViT; `"r50"` for the paper's hybrid (section 3.1): the image goes
@@ -84,6 +98,9 @@ def ViT(
             map is cut into patches of size 1; `patch_size` is then the stem's stride (16) and the image
             size must be a multiple of it. A dict of `keras_vit.layers.ResNetStem` arguments builds
             another stem (e.g. a tiny one for tests).
+        pos_embed_interpolation: how a checkpoint's position embedding is resampled to another input size:
+            `"bilinear"` (the official corner-aligned method, as `scipy.ndimage.zoom(order=1)`) or
+            `"bicubic"` (`keras_vit.pos_embed`).
 
     Returns:
         A `keras.Model`.
@@ -94,6 +111,22 @@ def ViT(
         >>> model.output_shape
         (None, 10)
     """
+    arguments = dict(locals())
+    if weights is not None:
+        from keras_vit import loading
+
+        if not loading.is_keras_weights(weights):
+            return loading.build_from_checkpoint(ViT, arguments)
+    image_size = 224 if image_size is None else image_size
+    patch_size = 16 if patch_size is None else patch_size
+    hidden_size = 768 if hidden_size is None else hidden_size
+    num_layers = 12 if num_layers is None else num_layers
+    num_heads = 12 if num_heads is None else num_heads
+    mlp_dim = 3072 if mlp_dim is None else mlp_dim
+    classes = 1000 if classes is None else classes
+    classifier = "token" if classifier is None else classifier
+    gelu_approximate = True if gelu_approximate is None else gelu_approximate
+    layer_norm_epsilon = 1e-6 if layer_norm_epsilon is None else layer_norm_epsilon
     for arg in ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim"):
         validation.check_positive_int(arg, locals()[arg])
     if include_top:

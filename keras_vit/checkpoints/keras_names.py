@@ -1,0 +1,83 @@
+"""Official checkpoint keys <-> Keras variables of a keras_vit model, by explicit layer names.
+
+The one place that knows which Keras variable holds which official array. Layers are found by name
+(`patch_encoder`, `encoder_block_{i}`, `encoder_norm`, `pre_logits`, `head`, and `resnet_stem` for the
+hybrid, whose keys come from `keras_vit.checkpoints.resnet_names.resnet_targets`), never by position.
+Only one array changes shape on the way: the patch embedding kernel (P, P, C, D) becomes the Dense kernel
+(P*P*C, D) of `patch_encoder.projection` (a C-order reshape, matching the (row, column, channel) order of
+`Patches`). The position embedding may need resampling, which the loader does (`keras_vit.pos_embed`).
+
+Example:
+    >>> import keras_vit
+    >>> model = keras_vit.ViT(image_size=32, patch_size=8, hidden_size=32, num_layers=1, num_heads=4,
+    ...                       mlp_dim=64, classes=5)
+    >>> tuple(targets(model)["embedding/kernel"].shape)
+    (192, 32)
+"""
+
+import keras
+
+RESHAPED_KEYS = ("embedding/kernel",)
+"""Keys whose array is reshaped (same element order) to the variable's shape."""
+
+POSITION_EMBEDDING = "Transformer/posembed_input/pos_embedding"
+
+_BLOCK = {
+    "attention_norm": ("LayerNorm_0", {"gamma": "scale", "beta": "bias"}),
+    "mlp_norm": ("LayerNorm_2", {"gamma": "scale", "beta": "bias"}),
+    "mlp_dense_1": ("MlpBlock_3/Dense_0", {"kernel": "kernel", "bias": "bias"}),
+    "mlp_dense_2": ("MlpBlock_3/Dense_1", {"kernel": "kernel", "bias": "bias"}),
+}
+
+
+def _layer(model: keras.Model, name: str):
+    try:
+        return model.get_layer(name)
+    except ValueError:
+        return None
+
+
+def _dense(prefix: str, layer) -> dict:
+    return {f"{prefix}/kernel": layer.kernel, f"{prefix}/bias": layer.bias}
+
+
+def block_targets(block, prefix: str) -> dict:
+    """The official keys of one `TransformerBlock` (prefix `Transformer/encoderblock_{i}`)."""
+    out = {}
+    for sublayer, (official, names) in _BLOCK.items():
+        layer = getattr(block, sublayer)
+        for attr, leaf in names.items():
+            out[f"{prefix}/{official}/{leaf}"] = getattr(layer, attr)
+    for name in ("query", "key", "value", "out"):
+        out.update(_dense(f"{prefix}/MultiHeadDotProductAttention_1/{name}", getattr(block.attention, name)))
+    return out
+
+
+def targets(model: keras.Model) -> dict:
+    """Every official key the model holds, mapped to its Keras variable.
+
+    Args:
+        model: a model built by `keras_vit.ViT` (any options: token/gap, with or without top, hybrid).
+
+    Returns:
+        dict official key -> `keras.Variable`.
+    """
+    encoder = model.get_layer("patch_encoder")
+    out = _dense("embedding", encoder.projection)
+    out[POSITION_EMBEDDING] = encoder.position_embedding
+    if encoder.use_class_token:
+        out["cls"] = encoder.class_token
+    i = 0
+    while (block := _layer(model, f"encoder_block_{i}")) is not None:
+        out.update(block_targets(block, f"Transformer/encoderblock_{i}"))
+        i += 1
+    norm = model.get_layer("encoder_norm")
+    out["Transformer/encoder_norm/scale"], out["Transformer/encoder_norm/bias"] = norm.gamma, norm.beta
+    for name in ("pre_logits", "head"):
+        if (layer := _layer(model, name)) is not None:
+            out.update(_dense(name, layer))
+    if (stem := _layer(model, "resnet_stem")) is not None:
+        from keras_vit.checkpoints.resnet_names import resnet_targets
+
+        out.update(resnet_targets(stem))
+    return out

@@ -1,0 +1,123 @@
+"""`python -m keras_vit.convert SRC DST.weights.h5 [--variant vit_b16] [--image-size 384] [--classes N]`.
+
+Converts any supported checkpoint (an official `.npz` in any spelling, a timm `.safetensors`, a Hugging Face
+ViT folder, or a published name together with `--variant`) into a Keras `.weights.h5` file, loading it
+strictly on the way, and prints the sha256 of the result, a summary of the architecture and the call that
+rebuilds the model around the converted weights.
+
+Example:
+    python -m keras_vit.convert ViT-B_16.npz vit_b16_in21k.weights.h5 --variant vit_b16
+"""
+
+import argparse
+import hashlib
+import sys
+
+_REBUILD_ARGS = ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim", "classes", "classifier",
+                 "representation_size", "gelu_approximate", "layer_norm_epsilon")
+
+
+def sha256(path: str) -> str:
+    """Hex sha256 of a file."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _architecture_of(model) -> dict:
+    """The `keras_vit.ViT` arguments that rebuild `model` (read from its layers by name)."""
+    encoder, block = model.get_layer("patch_encoder"), model.get_layer("encoder_block_0")
+    names = [layer.name for layer in model.layers]
+    head = model.get_layer("head")
+    pre_logits = model.get_layer("pre_logits") if "pre_logits" in names else None
+    patch_size = model.get_layer("patches").patch_size
+    if "resnet_stem" in names:
+        from keras_vit.layers.resnet import stem_stride
+
+        stem = model.get_layer("resnet_stem")
+        patch_size *= stem_stride(stem.block_units)
+    return dict(
+        image_size=tuple(model.input_shape[1:3]),
+        patch_size=patch_size,
+        hidden_size=encoder.hidden_size,
+        num_layers=sum(name.startswith("encoder_block_") for name in names),
+        num_heads=block.num_heads,
+        mlp_dim=block.mlp_dim,
+        classes=head.units,
+        classifier="token" if encoder.use_class_token else "gap",
+        representation_size=pre_logits.units if pre_logits is not None else None,
+        gelu_approximate=block.gelu_approximate,
+        layer_norm_epsilon=block.layer_norm_epsilon,
+    )
+
+
+def convert(source, destination: str, variant: str | None = None, image_size: int | None = None,
+            classes: int | None = None):
+    """Loads `source` strictly into a keras_vit model and saves its weights to `destination`.
+
+    Args:
+        source: a checkpoint path, or a published name (then `variant` is required).
+        destination: the output path; must end in `.weights.h5`.
+        variant: a variant name (`"vit_b16"`, `"B16"`, ...) that the checkpoint must match.
+        image_size: build at this resolution (resampling the position embedding) instead of the checkpoint's.
+        classes: a new zero-initialised head with this many classes instead of the checkpoint's.
+
+    Returns:
+        (model, sha256 of the written file).
+
+    Raises:
+        ValueError: a bad destination, an unknown variant, or any loading error.
+    """
+    import keras_vit
+    from keras_vit.applications import CONSTRUCTORS
+    from keras_vit.variants import get_variant
+
+    if not str(destination).endswith(".weights.h5"):
+        raise ValueError(f"The destination must end in `.weights.h5`. Received: destination={destination!r}")
+    shape = None if image_size is None else (image_size, image_size, 3)
+    if variant is not None:
+        constructor = CONSTRUCTORS[get_variant(variant).model_name]
+        model = constructor(weights=source, input_shape=shape, classes=classes, classifier_activation=None)
+    else:
+        model = keras_vit.ViT(weights=source, input_shape=shape, classes=classes, classifier_activation=None)
+    model.save_weights(destination)
+    return model, sha256(destination)
+
+
+def summary(model, source, destination: str, digest: str) -> str:
+    """The text the CLI prints."""
+    args = _architecture_of(model)
+    rebuild = ", ".join(f"{k}={args[k]!r}" for k in ("image_size",) + _REBUILD_ARGS)
+    return "\n".join([
+        f"source:      {source}",
+        f"written:     {destination}",
+        f"sha256:      {digest}",
+        f"parameters:  {model.count_params():,}",
+        f"input:       {model.input_shape[1]}x{model.input_shape[2]}x{model.input_shape[3]}",
+        f"classes:     {args['classes']} ({args['classifier']} classifier"
+        + (f", pre_logits {args['representation_size']})" if args["representation_size"] else ")"),
+        f"rebuild:     keras_vit.ViT({rebuild}, weights={destination!r})",
+    ])
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m keras_vit.convert", description=__doc__.split("\n")[0])
+    parser.add_argument("source", help="checkpoint path (.npz, .safetensors, HF folder) or published name")
+    parser.add_argument("destination", help="output .weights.h5 path")
+    parser.add_argument("--variant", help="variant the checkpoint must match, e.g. vit_b16 (needed for names)")
+    parser.add_argument("--image-size", type=int, help="resolution to build at (resamples position embeddings)")
+    parser.add_argument("--classes", type=int, help="classes of a new zero-initialised head")
+    args = parser.parse_args(argv)
+    try:
+        model, digest = convert(args.source, args.destination, args.variant, args.image_size, args.classes)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    print(summary(model, args.source, args.destination, digest))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

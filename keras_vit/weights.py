@@ -1,0 +1,228 @@
+"""The table of published ViT weights, as data, and their download.
+
+Every entry names one file under https://storage.googleapis.com/vit_models/ with what a loader and a user need
+to know about it: the image size it was trained or fine-tuned at, its classes, whether it has the
+`pre_logits` layer, the GELU form and LayerNorm epsilon of its source (the official Flax code: tanh GELU,
+epsilon 1e-6), its input preprocessing, and the ImageNet top-1 accuracy the upstream tables report.
+
+Sources of the table (see ../shared/REFERENCE.md):
+- `imagenet21k`, `imagenet21k+imagenet2012`: the files of the paper (Dosovitskiy et al. 2021); top-1 of the
+  384 fine-tunes from paper Table 5 (ImageNet-21k pre-training row); the `-224` fine-tunes from the
+  google-research/vision_transformer README (81.2 and 82.7).
+- `augreg_in21k`, `augreg_in21k_ft_in1k`: the checkpoints *recommended* by "How to train your ViT?"
+  (Steiner et al. 2021, arXiv 2106.10270, section 4.5; the vision_transformer README table and big_vision's
+  `howto-i21k-*` names), fine-tuned at 384, with the README's ImageNet accuracies.
+  ViT-B/8 has no recommended fine-tune in that table: its `augreg_in21k_ft_in1k` is the 224 fine-tune that
+  timm ships (`vit_base_patch8_224.augreg_in21k_ft_in1k`), from a sibling pre-training run.
+- `augreg_in21k_ft_in1k_224`: the 224 fine-tunes timm ships as `vit_*_224.augreg_in21k_ft_in1k`.
+
+Checksums: no sha256 is known for any of these files here (they could not be downloaded while writing this
+table), so `sha256` is None everywhere and downloads are not verified; `python -m keras_vit.convert` prints
+the sha256 of a downloaded file, which can be pinned into the table.
+
+Example:
+    >>> entry = get_entry("B16", "imagenet21k+imagenet2012")
+    >>> entry.image_size, entry.classes, entry.url
+    (384, 1000, 'https://storage.googleapis.com/vit_models/imagenet21k+imagenet2012/ViT-B_16.npz')
+"""
+
+import dataclasses
+import os
+
+BASE_URL = "https://storage.googleapis.com/vit_models/"
+CACHE_SUBDIR = "keras_vit"
+
+
+@dataclasses.dataclass(frozen=True)
+class WeightsEntry:
+    """One published checkpoint.
+
+    Args:
+        name: the `weights=` name, e.g. `"imagenet21k+imagenet2012"`.
+        variant: the variant it belongs to (`"B16"`, `"R50_B16"`, ...: keys of `keras_vit.variants.VARIANTS`).
+        path: the file's path under `BASE_URL`.
+        sha256: the file's sha256, or None where not known (then the download is not verified).
+        image_size: the resolution it was trained or fine-tuned at; the model's default input size.
+        classes: classes of its head (21843 for ImageNet-21k, 1000 for ImageNet).
+        representation_size: width of its `pre_logits` layer, None when it has none.
+        gelu_approximate: True for the tanh GELU of the official Flax code.
+        layer_norm_epsilon: LayerNorm epsilon of the source code.
+        preprocessing: `"inception"`: images scaled from [0, 255] to [-1, 1] (x / 127.5 - 1).
+        imagenet_top1: ImageNet top-1 (%) from the upstream tables; None where not reported or not
+            applicable (raw ImageNet-21k heads must be fine-tuned first).
+        top1_source: where `imagenet_top1` comes from.
+    """
+
+    name: str
+    variant: str
+    path: str
+    sha256: str | None
+    image_size: int
+    classes: int
+    representation_size: int | None
+    gelu_approximate: bool = True
+    layer_norm_epsilon: float = 1e-6
+    preprocessing: str = "inception"
+    imagenet_top1: float | None = None
+    top1_source: str = "see upstream"
+
+    @property
+    def url(self) -> str:
+        return BASE_URL + self.path
+
+    @property
+    def file_name(self) -> str:
+        """A cache file name unique across the table (the buckets reuse basenames such as ViT-B_16.npz)."""
+        return self.path.replace("/", "__")
+
+
+# Original files of the paper (imagenet21k, imagenet21k+imagenet2012).
+_ORIGINAL_NAMES = {"B16": "ViT-B_16", "B32": "ViT-B_32", "L16": "ViT-L_16", "L32": "ViT-L_32", "H14": "ViT-H_14",
+                   "R50_B16": "R50+ViT-B_16"}
+_WIDTH = {"B16": 768, "B32": 768, "L16": 1024, "L32": 1024, "H14": 1280, "R50_B16": 768}
+_TABLE5 = {"B16": 83.97, "B32": 81.28, "L16": 85.15, "L32": 80.99}  # paper Table 5, ImageNet-21k row, at 384
+
+# AugReg: recommended pre-training runs (vision_transformer README / big_vision `howto-i21k-*`), the
+# recommended 384 fine-tune (its learning rate) and the README's ImageNet accuracy.
+_AUGREG = {
+    "Ti16": ("Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0", "lr_0.03-res_384", 78.22),
+    "S32": ("S_32-i21k-300ep-lr_0.001-aug_none-wd_0.1-do_0.0-sd_0.0", "lr_0.01-res_384", 79.58),
+    "S16": ("S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0", "lr_0.03-res_384", 83.73),
+    "B32": ("B_32-i21k-300ep-lr_0.001-aug_light1-wd_0.1-do_0.0-sd_0.0", "lr_0.01-res_384", 83.59),
+    "B16": ("B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0", "lr_0.03-res_384", 85.49),
+    "B8": ("B_8-i21k-300ep-lr_0.001-aug_medium2-wd_0.1-do_0.0-sd_0.0", None, None),
+    "L16": ("L_16-i21k-300ep-lr_0.001-aug_strong1-wd_0.1-do_0.0-sd_0.0", "lr_0.01-res_384", 85.59),
+}
+_AUGREG_WIDTH = {"Ti16": 192, "S32": 384, "S16": 384, "B32": 768, "B16": 768, "B8": 768, "L16": 1024}
+# The 224 fine-tunes timm ships (`vit_*_224.augreg_in21k_ft_in1k`): (pre-training run, fine-tune suffix).
+_AUGREG_224 = {
+    "Ti16": ("Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0", "lr_0.03-res_224"),
+    "S32": ("S_32-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0", "lr_0.03-res_224"),
+    "S16": ("S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0", "lr_0.03-res_224"),
+    "B32": ("B_32-i21k-300ep-lr_0.001-aug_medium1-wd_0.03-do_0.0-sd_0.0", "lr_0.03-res_224"),
+    "B16": ("B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0", "lr_0.01-res_224"),
+    "B8": ("B_8-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0", "lr_0.01-res_224"),
+    "L16": ("L_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1", "lr_0.01-res_224"),
+}
+
+
+def _build_table() -> dict[tuple[str, str], WeightsEntry]:
+    entries = []
+    for variant, file in _ORIGINAL_NAMES.items():
+        entries.append(WeightsEntry("imagenet21k", variant, f"imagenet21k/{file}.npz", None, 224, 21843,
+                                    _WIDTH[variant], top1_source="n/a: raw ImageNet-21k head, fine-tune first"))
+        if variant != "H14":
+            top1 = _TABLE5.get(variant)
+            entries.append(WeightsEntry("imagenet21k+imagenet2012", variant, f"imagenet21k+imagenet2012/{file}.npz",
+                                        None, 384, 1000, None, imagenet_top1=top1,
+                                        top1_source="paper Table 5" if top1 else "see upstream"))
+    for variant, top1 in (("B16", 81.2), ("L16", 82.7)):
+        file = _ORIGINAL_NAMES[variant]
+        entries.append(WeightsEntry("imagenet21k+imagenet2012_224", variant,
+                                    f"imagenet21k+imagenet2012/{file}-224.npz", None, 224, 1000, None,
+                                    imagenet_top1=top1, top1_source="vision_transformer README"))
+    for variant, (run, finetune, top1) in _AUGREG.items():
+        entries.append(WeightsEntry("augreg_in21k", variant, f"augreg/{run}.npz", None, 224, 21843, None))
+        if finetune is None:  # B/8: timm's 224 fine-tune of a sibling run
+            run, finetune = _AUGREG_224[variant]
+        size = int(finetune.rsplit("_", 1)[1])
+        entries.append(WeightsEntry("augreg_in21k_ft_in1k", variant,
+                                    f"augreg/{run}--imagenet2012-steps_20k-{finetune}.npz", None, size, 1000, None,
+                                    imagenet_top1=top1,
+                                    top1_source="vision_transformer README (AugReg)" if top1 else "see upstream"))
+    for variant, (run, finetune) in _AUGREG_224.items():
+        if variant == "B8":  # already the `augreg_in21k_ft_in1k` entry
+            continue
+        entries.append(WeightsEntry("augreg_in21k_ft_in1k_224", variant,
+                                    f"augreg/{run}--imagenet2012-steps_20k-{finetune}.npz", None, 224, 1000, None))
+    return {(e.variant, e.name): e for e in entries}
+
+
+WEIGHTS: dict[tuple[str, str], WeightsEntry] = _build_table()
+"""Published weights by (variant, name)."""
+
+DEFAULT_WEIGHTS = {
+    "Ti16": "augreg_in21k_ft_in1k",
+    "S16": "augreg_in21k_ft_in1k",
+    "S32": "augreg_in21k_ft_in1k",
+    "B8": "augreg_in21k_ft_in1k",
+    "B16": "augreg_in21k_ft_in1k",
+    "B32": "augreg_in21k_ft_in1k",
+    "L16": "augreg_in21k_ft_in1k",
+    "L32": "imagenet21k+imagenet2012",
+    "H14": "imagenet21k",
+    "R50_B16": "imagenet21k+imagenet2012",
+}
+"""The default `weights` of each named constructor: its best published checkpoint by upstream ImageNet
+top-1 (AugReg where it exists; ViT-L/32 has only the paper's fine-tune; ViT-H/14 only the raw ImageNet-21k
+pre-training, whose head is zero, so a model built with it gets a new zero-initialised head)."""
+
+
+def names_for(variant: str) -> list[str]:
+    """The published weight names of a variant (empty for an unpublished architecture)."""
+    return [name for (v, name) in WEIGHTS if v == variant]
+
+
+def all_names() -> list[str]:
+    """Every published weight name, in table order, without repetition."""
+    return list(dict.fromkeys(name for (_, name) in WEIGHTS))
+
+
+def get_entry(variant: str | None, name: str) -> WeightsEntry:
+    """The table entry for `weights=name` on `variant`.
+
+    Raises:
+        ValueError: for a name that is not published for this variant, listing the known ones.
+    """
+    if (variant, name) in WEIGHTS:
+        return WEIGHTS[(variant, name)]
+    if variant is None:
+        raise ValueError(
+            f"`weights={name!r}` is a published name, but the model's architecture is not one of the published "
+            f"variants ({', '.join(sorted({v for v, _ in WEIGHTS}))}). Build a named variant or pass a file path. "
+            f"Received: weights={name!r}"
+        )
+    known = names_for(variant)
+    raise ValueError(
+        f"Unknown weights for ViT {variant}. Received: weights={name!r}. Published names for {variant}: "
+        f"{', '.join(repr(n) for n in known) or 'none'}; or None, or the path to a .npz, .safetensors, "
+        "Hugging Face folder or .weights.h5 file."
+    )
+
+
+def default_cache_dir() -> str | None:
+    """`$KERAS_HOME` when set (read at call time), else None: the Keras default (~/.keras)."""
+    return os.environ.get("KERAS_HOME") or None
+
+
+def fetch(entry: WeightsEntry, cache_dir: str | None = None) -> str:
+    """Downloads `entry` into `<cache>/keras_vit/` (once) with `keras.utils.get_file`; returns the local path.
+
+    The file is verified against `entry.sha256` when the table has one.
+
+    Raises:
+        ValueError: when the downloaded file does not match its checksum, or the download fails.
+    """
+    import keras
+
+    cache_dir = cache_dir if cache_dir is not None else default_cache_dir()
+    if cache_dir is not None:  # get_file falls back to /tmp/.keras when the folder does not exist yet
+        os.makedirs(cache_dir, exist_ok=True)
+    try:
+        return keras.utils.get_file(
+            fname=entry.file_name,
+            origin=entry.url,
+            file_hash=entry.sha256,
+            hash_algorithm="sha256",
+            cache_subdir=CACHE_SUBDIR,
+            cache_dir=cache_dir,
+        )
+    except ValueError as error:
+        raise ValueError(
+            f"The download of weights {entry.name!r} for ViT {entry.variant} from {entry.url} failed its sha256 "
+            f"check (expected {entry.sha256}): {error}"
+        ) from error
+    except Exception as error:  # network errors come in many types; one message for all
+        raise ValueError(
+            f"Could not download weights {entry.name!r} for ViT {entry.variant} from {entry.url}: {error}"
+        ) from error

@@ -1,0 +1,60 @@
+"""`python -m keras_vit.convert`: a test checkpoint round-trips to `.weights.h5` and back with equal logits."""
+
+import hashlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from numpy_reference import random_official_params, vit_forward
+
+import keras_vit
+from keras_vit import convert
+
+
+@pytest.fixture
+def checkpoint(tmp_path):
+    params = random_official_params(np.random.default_rng(0), representation_size=16)
+    path = tmp_path / "tiny.npz"
+    np.savez(path, **params)
+    return str(path), params
+
+
+def test_round_trip_through_weights_h5(checkpoint, tmp_path, images, capsys):
+    source, params = checkpoint
+    destination = str(tmp_path / "tiny.weights.h5")
+    assert convert.main([source, destination]) == 0
+    out = capsys.readouterr().out
+    digest = hashlib.sha256(open(destination, "rb").read()).hexdigest()
+    assert f"sha256:      {digest}" in out
+    assert "classes:     5 (token classifier, pre_logits 16)" in out
+    assert "rebuild:     keras_vit.ViT(image_size=(32, 32), patch_size=8, hidden_size=32, num_layers=2" in out
+    model = keras_vit.ViT(image_size=32, patch_size=8, hidden_size=32, num_layers=2, num_heads=4, mlp_dim=64,
+                          classes=5, representation_size=16, weights=destination, classifier_activation=None)
+    expected = vit_forward({k: v.astype("float64") for k, v in params.items()}, images.astype("float64"))
+    np.testing.assert_allclose(model.predict(images, verbose=0), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_convert_at_a_new_size_with_new_classes(checkpoint, tmp_path):
+    source, _ = checkpoint
+    model, digest = convert.convert(source, str(tmp_path / "big.weights.h5"), image_size=48, classes=3)
+    assert model.input_shape == (None, 48, 48, 3) and model.output_shape == (None, 3)
+    assert len(digest) == 64
+
+
+def test_errors(checkpoint, tmp_path, capsys):
+    source, _ = checkpoint
+    assert convert.main([source, str(tmp_path / "x.h5")]) == 1
+    assert "must end in `.weights.h5`" in capsys.readouterr().err
+    assert convert.main([source, str(tmp_path / "x.weights.h5"), "--variant", "vit_b16"]) == 1
+    assert "looks like an unpublished ViT (patch 8" in capsys.readouterr().err
+    assert convert.main(["imagenet-foo", str(tmp_path / "x.weights.h5"), "--variant", "vit_b16"]) == 1
+    assert "weights='imagenet-foo'" in capsys.readouterr().err
+
+
+def test_module_entry_point(checkpoint, tmp_path):
+    source, _ = checkpoint
+    result = subprocess.run([sys.executable, "-m", "keras_vit.convert", source, str(tmp_path / "m.weights.h5")],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "sha256:" in result.stdout and (tmp_path / "m.weights.h5").exists()
