@@ -1,0 +1,122 @@
+"""Export for serving: a SavedModel that TF Serving loads as is, plus TFLite and ONNX files.
+
+TensorFlow-specific and imported lazily (`import keras_vit` does not import it).
+
+`export_saved_model` writes `export_base/<version>/` with the signatures of `signatures.py` (encoded
+images in, top-k scores/classes/labels out, with decoding, resizing and preprocessing in the graph), the
+label file as an asset and `assets.extra/tf_serving_warmup_requests`. Serve it with
+`tensorflow_model_server --model_base_path=$PWD/export_base --model_name=NAME` or the official docker image
+(see the README's "Serving" section); nothing of keras_vit or Keras is needed to load it.
+
+Example:
+    >>> import keras_vit, keras_vit.export
+    >>> model = keras_vit.ViT(image_size=32, patch_size=8, hidden_size=32, num_layers=1, num_heads=2,
+    ...                       mlp_dim=64, classes=3)
+    >>> path = keras_vit.export.export_saved_model(model, "/tmp/vit_tiny", overwrite=True)  # doctest: +SKIP
+"""
+
+import logging
+import os
+import tempfile
+
+from keras_vit import validation
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MAX_PIXELS = 8192 * 8192
+DEFAULT_MAX_BATCH_SIZE = 64
+
+
+def _check_tensorflow_backend():
+    import keras
+
+    if keras.backend.backend() != "tensorflow":
+        raise ValueError(
+            "SavedModel export needs the TensorFlow Keras backend (set KERAS_BACKEND=tensorflow). "
+            f"Received: backend={keras.backend.backend()!r}"
+        )
+
+
+def export_saved_model(
+    model,
+    export_base,
+    version=None,
+    top_k=5,
+    labels=None,
+    preprocessing="auto",
+    max_pixels=DEFAULT_MAX_PIXELS,
+    max_batch_size=DEFAULT_MAX_BATCH_SIZE,
+    overwrite=False,
+    jit_compile=False,
+    model_name=None,
+) -> str:
+    """Writes `model` as a TF Serving version directory `export_base/<version>/` and returns its path.
+
+    Args:
+        model: a built Keras model of fixed input size (a keras_vit model, or any model whose input is
+            (batch, H, W, 3) and output one vector per image); with a `head` layer it is a classifier,
+            without one its output is exported as `features`.
+        export_base: the model base path TF Serving watches.
+        version: integer version; None for one more than the highest existing one (1 for a new base).
+        top_k: classes returned per image by `serving_default`.
+        labels: one label per class; default: ImageNet names for 1000/21843 classes, else `class_{i}`.
+        preprocessing: `"auto"` (scale 0..255 to [-1, 1] unless the model has a `preprocessing` layer),
+            `"vit"` (always scale) or `"none"`.
+        max_pixels: refuse encoded images whose header claims more pixels (checked before decoding).
+        max_batch_size: refuse requests with more images.
+        overwrite: replace an existing version directory.
+        jit_compile: compile the model's forward pass with XLA (the serving binary must have XLA).
+        model_name: the model name written into the warmup requests; default: basename of export_base.
+
+    Returns:
+        The version directory written.
+
+    Raises:
+        ValueError: a bad argument, a model that cannot be served, or an existing version.
+    """
+    import tensorflow as tf
+
+    from keras_vit.export import labels as label_utils
+    from keras_vit.export import signatures, versions, warmup
+
+    _check_tensorflow_backend()
+    for name, value in (("top_k", top_k), ("max_pixels", max_pixels), ("max_batch_size", max_batch_size)):
+        validation.check_positive_int(name, value)
+    spec = signatures.inspect_model(model, preprocessing)
+    export_base = os.fspath(export_base)
+    version, path = versions.resolve(export_base, version, overwrite)
+    model_name = model_name or os.path.basename(os.path.normpath(export_base))
+
+    with tempfile.TemporaryDirectory() as scratch, versions.staged(path) as staging:
+        labels_asset = None
+        if spec.classes is not None:
+            label_file = os.path.join(scratch, "labels.txt")
+            label_utils.write(label_file, label_utils.resolve(labels, spec.classes))
+            labels_asset = tf.saved_model.Asset(label_file)
+        serving = signatures.Signatures(
+            model, spec, labels_asset, top_k, max_pixels, max_batch_size, jit_compile=jit_compile
+        )
+        root, concrete = serving.module()
+        tf.saved_model.save(root, staging, signatures=concrete)
+        warmup.write(staging, model_name, {name: "images" for name in concrete}, spec.height, spec.width)
+    logger.info("Exported %s version %d to %s", model_name, version, path)
+    return path
+
+
+def export_tflite(model, path, quantize=None, preprocessing="auto", overwrite=False) -> str:
+    """Writes a TFLite flatbuffer of the float signature (`predict_images`); see `keras_vit.export.tflite`."""
+    from keras_vit.export import tflite
+
+    _check_tensorflow_backend()
+    return tflite.export(model, path, quantize=quantize, preprocessing=preprocessing, overwrite=overwrite)
+
+
+def export_onnx(model, path, preprocessing="auto", opset=None, overwrite=False) -> str:
+    """Writes an ONNX model of the float signature through tf2onnx; see `keras_vit.export.onnx`."""
+    from keras_vit.export import onnx
+
+    _check_tensorflow_backend()
+    return onnx.export(model, path, preprocessing=preprocessing, opset=opset, overwrite=overwrite)
+
+
+__all__ = ["export_saved_model", "export_tflite", "export_onnx"]

@@ -1,0 +1,110 @@
+"""`python -m keras_vit.export`: export a ViT for TF Serving (SavedModel), TFLite or ONNX.
+
+    python -m keras_vit.export --model vit_b16 --weights none --export_base models/vit_b16
+    python -m keras_vit.export --model vit_b16 --weights trained.keras --export_base models/vit_b16 --version 2
+    python -m keras_vit.export --model vit_b16 --weights none --export_base models/vit_b16 --format tflite
+
+`--model` is a lower-case variant name (`vit_b16`, see `keras_vit.applications.CONSTRUCTORS`) or a `.keras`
+file; `--weights` is `none` (random initialisation), a `.keras` file (the whole trained model), or what the
+constructors take. SavedModels go to `<export_base>/<version>/`; `--format tflite` writes
+`<export_base>/tflite/model.tflite` and `model_int8.tflite` (dynamic-range int8); `--format onnx` writes
+`<export_base>/onnx/model.onnx`. Nothing existing is overwritten without `--overwrite`.
+"""
+
+import argparse
+import os
+import sys
+
+FORMATS = ("saved_model", "tflite", "onnx")
+
+
+def _parser():
+    from keras_vit.export import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_PIXELS
+
+    parser = argparse.ArgumentParser(prog="python -m keras_vit.export", description=__doc__.split("\n")[0])
+    parser.add_argument("--model", required=True, help="variant name (vit_b16, ...) or a .keras file")
+    parser.add_argument("--weights", default="none", help="none, a .keras file, or what the constructors take")
+    parser.add_argument("--export_base", required=True, help="TF Serving model base path")
+    parser.add_argument("--version", type=int, default=None, help="default: next free integer")
+    parser.add_argument("--format", choices=FORMATS, default="saved_model")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing version or file")
+    parser.add_argument("--top_k", type=int, default=5)
+    parser.add_argument("--labels", default=None, help="text file with one label per class, one a line")
+    parser.add_argument("--image_size", type=int, default=None, help="constructor input size (default 224)")
+    parser.add_argument("--classes", type=int, default=None, help="constructor classes (default 1000)")
+    parser.add_argument("--pooling", default=None, help="export features: no head, this pooling (token|avg)")
+    parser.add_argument("--max_pixels", type=int, default=DEFAULT_MAX_PIXELS)
+    parser.add_argument("--max_batch_size", type=int, default=DEFAULT_MAX_BATCH_SIZE)
+    return parser
+
+
+def build_model(args):
+    """The Keras model the flags describe."""
+    import keras
+
+    if args.model.endswith(".keras") or args.weights.endswith(".keras"):
+        path = args.model if args.model.endswith(".keras") else args.weights
+        if not os.path.exists(path):
+            raise ValueError(f"The model file does not exist. Received: {path!r}")
+        import keras_vit  # noqa: F401  registers the keras_vit layers for deserialisation
+
+        return keras.saving.load_model(path, safe_mode=True)
+    from keras_vit.applications import CONSTRUCTORS
+
+    if args.model not in CONSTRUCTORS:
+        raise ValueError(f"--model must be one of {', '.join(CONSTRUCTORS)} or a .keras file. Received: {args.model!r}")
+    kwargs = {"weights": None if args.weights.lower() == "none" else args.weights}
+    if args.image_size:
+        kwargs["input_shape"] = (args.image_size, args.image_size, 3)
+    if args.classes:
+        kwargs["classes"] = args.classes
+    if args.pooling:
+        kwargs.update(include_top=False, pooling=args.pooling)
+    return CONSTRUCTORS[args.model](**kwargs)
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    import keras_vit.export as export
+
+    try:
+        labels = None
+        if args.labels:
+            with open(args.labels, encoding="utf-8") as file:
+                labels = [line.rstrip("\n") for line in file if line.strip()]
+        if args.format == "saved_model":
+            from keras_vit.export import versions
+
+            versions.resolve(args.export_base, args.version, args.overwrite)  # refuse before building
+            model = build_model(args)
+            path = export.export_saved_model(
+                model, args.export_base, version=args.version, top_k=args.top_k, labels=labels,
+                max_pixels=args.max_pixels, max_batch_size=args.max_batch_size, overwrite=args.overwrite,
+            )
+            written = [path]
+        elif args.format == "tflite":
+            targets = {None: "model.tflite", "dynamic_int8": "model_int8.tflite"}
+            paths = {q: os.path.join(args.export_base, "tflite", name) for q, name in targets.items()}
+            _refuse_existing(paths.values(), args.overwrite)
+            model = build_model(args)
+            written = [export.export_tflite(model, p, quantize=q, overwrite=args.overwrite) for q, p in paths.items()]
+        else:
+            path = os.path.join(args.export_base, "onnx", "model.onnx")
+            _refuse_existing([path], args.overwrite)
+            written = [export.export_onnx(build_model(args), path, overwrite=args.overwrite)]
+    except (ValueError, OSError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    for path in written:
+        print(f"wrote {path}")
+    return 0
+
+
+def _refuse_existing(paths, overwrite):
+    for path in paths:
+        if os.path.exists(path) and not overwrite:
+            raise ValueError(f"{path!r} already exists; pass --overwrite to replace it")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

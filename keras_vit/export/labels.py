@@ -1,0 +1,45 @@
+"""Class labels of an exported model: given, or the package's ImageNet names, or `class_{i}`."""
+
+import logging
+
+logger = logging.getLogger(__name__)
+
+KNOWN_CLASS_COUNTS = (1000, 21843)
+"""ImageNet-1k and ImageNet-21k: the class counts `keras_vit.preprocessing.class_names` knows."""
+
+
+def default_labels(classes: int) -> list[str]:
+    """`keras_vit.preprocessing.class_names(classes)` for ImageNet-1k/21k heads, else `class_{i}`."""
+    if classes in KNOWN_CLASS_COUNTS:
+        try:
+            from keras_vit.preprocessing import class_names
+        except ImportError:
+            logger.warning("keras_vit.preprocessing.class_names is unavailable: labels are class_{i}.")
+        else:
+            return [str(name) for name in class_names(classes)]
+    return [f"class_{i}" for i in range(classes)]
+
+
+def resolve(labels, classes: int) -> list[str]:
+    """Checks user labels (one per class, one line each) or makes the default ones.
+
+    Raises:
+        ValueError: wrong count, or a label holding a line break (the label file has one label a line).
+    """
+    if labels is None:
+        return default_labels(classes)
+    labels = [str(label) for label in labels]
+    if len(labels) != classes:
+        raise ValueError(
+            f"`labels` must hold one label per class ({classes}). Received: {len(labels)} labels"
+        )
+    bad = [label for label in labels if "\n" in label or "\r" in label]
+    if bad:
+        raise ValueError(f"Labels must not contain line breaks. Received: {bad[0]!r}")
+    return labels
+
+
+def write(path: str, labels: list[str]) -> None:
+    """One label a line, UTF-8."""
+    with open(path, "w", encoding="utf-8") as file:
+        file.write("\n".join(labels) + "\n")

@@ -1,0 +1,182 @@
+"""The serving signatures of an exported ViT, as a `tf.Module` that `tf.saved_model.save` writes.
+
+- `serving_default`: `images` (tf.string [None], encoded JPEG/PNG/GIF/BMP) -> `scores` float32 [None, k],
+  `classes` int32 [None, k], `labels` string [None, k]; decoding, resizing and preprocessing in the graph.
+- `predict_images`: `images` (float32 [None, H, W, 3] in 0..255) -> `probabilities` (or `logits` when the
+  head has no activation).
+- Models without a head (`include_top=False` with `pooling`): `serving_default` maps encoded images and
+  `features` maps float images to `features` float32 [None, D], the pooled representation.
+
+Everything a request can get wrong (bad bytes, too many pixels, too many images, a float batch of the wrong
+size) fails with `InvalidArgumentError`, which TF Serving returns as INVALID_ARGUMENT.
+"""
+
+import dataclasses
+
+import keras
+import tensorflow as tf
+
+from keras_vit.export import decode
+
+PREPROCESSING = ("auto", "vit", "none")
+"""`auto`: [-1, 1] scaling unless the model has its own `preprocessing` layer; `vit`: always x/127.5 - 1;
+`none`: the model takes 0..255 pixels as they are."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+    """What the export needs to know about a model, read from its structure (layer names, not positions)."""
+
+    height: int
+    width: int
+    classes: int | None  # None: no head
+    activation: str | None  # the head's activation name ("softmax", "linear", ...); None without a head
+    features: int | None  # width of the pooled representation of a model without a head
+    scale_inputs: bool  # apply x / 127.5 - 1 in the graph
+
+    @property
+    def output_name(self) -> str:
+        if self.classes is None:
+            return "features"
+        return "logits" if self.activation == "linear" else "probabilities"
+
+
+def inspect_model(model: keras.Model, preprocessing: str = "auto") -> ModelSpec:
+    """Reads the image size, head and preprocessing of `model`, or raises ValueError when it cannot serve."""
+    if preprocessing not in PREPROCESSING:
+        raise ValueError(f"`preprocessing` must be one of {PREPROCESSING}. Received: preprocessing={preprocessing!r}")
+    input_shape = tuple(model.input_shape)
+    if len(input_shape) != 4 or input_shape[3] != 3 or not all(isinstance(d, int) for d in input_shape[1:3]):
+        raise ValueError(
+            "The model must take images of a fixed size, (batch, height, width, 3). "
+            f"Received a model with input_shape={input_shape}"
+        )
+    output_shape = tuple(model.output_shape)
+    if len(output_shape) != 2:
+        raise ValueError(
+            "The model must output one vector per image: class scores, or a pooled representation "
+            "(build it with `include_top=False, pooling='token'` or 'avg'). "
+            f"Received a model with output_shape={output_shape}"
+        )
+    layer_names = {layer.name for layer in model.layers}
+    has_head = "head" in layer_names
+    activation = keras.activations.serialize(model.get_layer("head").activation) if has_head else None
+    if isinstance(activation, dict):
+        activation = activation.get("config", {}).get("name", str(activation))
+    own_preprocessing = "preprocessing" in layer_names
+    scale = preprocessing == "vit" or (preprocessing == "auto" and not own_preprocessing)
+    return ModelSpec(
+        height=input_shape[1],
+        width=input_shape[2],
+        classes=output_shape[1] if has_head else None,
+        activation=activation,
+        features=None if has_head else output_shape[1],
+        scale_inputs=scale,
+    )
+
+
+def label_table(labels_asset: tf.saved_model.Asset) -> tf.lookup.StaticHashTable:
+    """class index (int64) -> label, initialised from the label file (one label a line) when the model loads."""
+    initializer = tf.lookup.TextFileInitializer(
+        labels_asset,
+        key_dtype=tf.int64,
+        key_index=tf.lookup.TextFileIndex.LINE_NUMBER,
+        value_dtype=tf.string,
+        value_index=tf.lookup.TextFileIndex.WHOLE_LINE,
+    )
+    return tf.lookup.StaticHashTable(initializer, default_value="")
+
+
+def pixels_to_outputs(model, spec: ModelSpec, jit_compile: bool = False):
+    """A function float32 [B, H, W, 3] in 0..255 -> the model's float32 output, preprocessing included.
+
+    With `jit_compile`, the model's forward pass is an XLA-compiled inner `tf.function`; on the CPUs
+    measured it was slower than the plain graph (see the README), hence off by default.
+    """
+    forward = lambda images: model(images, training=False)  # noqa: E731
+    if jit_compile:
+        forward = tf.function(forward, jit_compile=True)
+
+    def outputs(pixels):
+        if spec.scale_inputs:
+            pixels = pixels / 127.5 - 1.0
+        return tf.cast(forward(pixels), tf.float32)  # a no-op unless the policy is mixed precision
+
+    return outputs
+
+
+class Signatures:
+    """The signature functions of one model; `module()` puts them on a `tf.Module` with what they use.
+
+    The module holds the model's variables, the label table and its asset, and the `tf.function`s, not
+    the Keras model itself: what is saved is plain TensorFlow, loadable without Keras.
+
+    Args:
+        model: a built Keras model (TensorFlow backend).
+        spec: its `ModelSpec`.
+        labels_asset: `tf.saved_model.Asset` of the label file (models with a head), else None.
+        top_k: classes returned by `serving_default`.
+        max_pixels: largest decoded image accepted, in pixels (read from the header before decoding).
+        max_batch_size: most images accepted in one request.
+        jit_compile: compile the model's forward pass with XLA.
+    """
+
+    def __init__(self, model, spec, labels_asset, top_k, max_pixels, max_batch_size, jit_compile=False):
+        self._spec = spec
+        self._top_k = min(top_k, spec.classes) if spec.classes else None
+        self._max_pixels = max_pixels
+        self._max_batch_size = max_batch_size
+        self._labels_asset = labels_asset
+        self._table = label_table(labels_asset) if spec.classes is not None else None
+        self._model_outputs = pixels_to_outputs(model, spec, jit_compile)
+
+    def _check_pixels(self, images):
+        spec = self._spec
+        shape = tf.shape(images)
+        expected = tf.constant([spec.height, spec.width, 3])
+        right_size = tf.logical_and(tf.equal(tf.rank(images), 4), tf.reduce_all(tf.equal(shape[1:], expected)))
+        size_check = tf.debugging.Assert(
+            right_size,
+            [f"`images` must be float32 (batch, {spec.height}, {spec.width}, 3) in 0..255; received shape:", shape],
+        )
+        return [size_check, decode.check_batch_size(shape[0], self._max_batch_size)]
+
+    def predict_images(self, images):
+        """float32 [B, H, W, 3] in 0..255 -> {`probabilities` | `logits` | `features`: [B, n]}."""
+        with tf.control_dependencies(self._check_pixels(images)):
+            images = tf.identity(images)
+        images = tf.ensure_shape(images, [None, self._spec.height, self._spec.width, 3])
+        return {self._spec.output_name: self._model_outputs(images)}
+
+    def serve_encoded(self, images):
+        """tf.string [B] of encoded images -> {`scores`, `classes`, `labels`} (or {`features`})."""
+        spec = self._spec
+        pixels = decode.decode_images(images, spec.height, spec.width, self._max_pixels, self._max_batch_size)
+        outputs = self._model_outputs(pixels)
+        if spec.classes is None:
+            return {"features": outputs}
+        scores = tf.nn.softmax(outputs) if spec.activation == "linear" else outputs
+        top = tf.math.top_k(scores, k=self._top_k)
+        return {
+            "scores": top.values,
+            "classes": top.indices,
+            "labels": self._table.lookup(tf.cast(top.indices, tf.int64)),
+        }
+
+    def module(self):
+        """-> (tf.Module to save, {signature name: concrete function})."""
+        root = tf.Module(name="keras_vit_serving")
+        if self._table is not None:
+            root.labels_asset = self._labels_asset
+            root.label_table = self._table
+        encoded = tf.TensorSpec([None], tf.string, name="images")
+        pixels = tf.TensorSpec([None, None, None, None], tf.float32, name="images")
+        float_name = "features" if self._spec.classes is None else "predict_images"
+        root.serving_default = tf.function(self.serve_encoded, input_signature=[encoded])
+        setattr(root, float_name, tf.function(self.predict_images, input_signature=[pixels]))
+        signatures = {name: getattr(root, name).get_concrete_function() for name in ("serving_default", float_name)}
+        # Track the tf.Variables the graphs captured (not only their Keras wrappers): the TF1-style loader of
+        # TF Serving and `saved_model_cli run` restores exactly these (as `keras.export.ExportArchive` does).
+        captured = {id(v): v for concrete in signatures.values() for v in concrete.variables}
+        root.model_variables = list(captured.values())
+        return root, signatures

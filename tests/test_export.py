@@ -1,0 +1,295 @@
+"""SavedModel export for TF Serving (keras_vit/export): signatures, served outputs without Keras, bad input.
+
+All offline on a tiny model. The served outputs are compared with the Keras model run here on images
+decoded by PIL and resized by a numpy bilinear written from the definition (tests/export_fixtures.py).
+"""
+
+import base64
+import json
+import logging
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_vit
+from export_fixtures import (
+    SIZE,
+    TINY,
+    encode,
+    keras_reference,
+    lossless_images,
+    pil_rgb,
+    random_image,
+    resize_bilinear,
+    tiny_vit,
+    with_huge_png_header,
+)
+from keras_vit.export import export_saved_model
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SAVED_MODEL_CLI = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
+LABELS = ["cat", "dog", "ship", "tree", "bird"]
+MAX_PIXELS = 64 * 64
+MAX_BATCH = 8
+TOP_K = 3
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """(keras model, version directory) of a tiny classifier exported once for the module."""
+    model = tiny_vit()
+    base = tmp_path_factory.mktemp("export") / "tiny_vit"
+    path = export_saved_model(
+        model, base, top_k=TOP_K, labels=LABELS, max_pixels=MAX_PIXELS, max_batch_size=MAX_BATCH
+    )
+    return model, path
+
+
+@pytest.fixture(scope="module")
+def loaded(exported):
+    return tf.saved_model.load(exported[1])
+
+
+def _reference_pixels(encoded: dict) -> np.ndarray:
+    return np.stack([resize_bilinear(pil_rgb(image), SIZE, SIZE) for image in encoded.values()])
+
+
+def _run_cli(*args):
+    result = subprocess.run([SAVED_MODEL_CLI, *args], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
+def test_layout_of_the_version_directory(exported):
+    _, path = exported
+    assert os.path.basename(path) == "1"
+    for name in ("saved_model.pb", "variables/variables.index", "assets/labels.txt"):
+        assert os.path.exists(os.path.join(path, name)), name
+    with open(os.path.join(path, "assets", "labels.txt")) as file:
+        assert file.read().split("\n")[:5] == LABELS
+    warmup = os.path.join(path, "assets.extra", "tf_serving_warmup_requests")
+    if _has_serving_api():
+        assert os.path.getsize(warmup) > 0
+    assert not [name for name in os.listdir(os.path.dirname(path)) if name.startswith(".staging")]
+
+
+def test_saved_model_cli_show_lists_the_signatures(exported):
+    out = _run_cli("show", "--dir", exported[1], "--all")
+    blocks = {b.split("']")[0]: b for b in out.split("signature_def['")[1:]}
+    assert {"serving_default", "predict_images"} <= set(blocks)
+    default = blocks["serving_default"]
+    assert "inputs['images']" in default and "DT_STRING" in default.split("outputs")[0]
+    for output, dtype in (("scores", "DT_FLOAT"), ("classes", "DT_INT32"), ("labels", "DT_STRING")):
+        section = default.split(f"outputs['{output}']")[1].split("outputs[")[0]
+        assert f"dtype: {dtype}" in section and f"shape: (-1, {TOP_K})" in section, (output, section)
+    floats = blocks["predict_images"]
+    assert "DT_FLOAT" in floats.split("outputs")[0]
+    assert "outputs['probabilities']" in floats and "shape: (-1, 5)" in floats
+
+
+def test_saved_model_cli_run_serves_each_signature(exported, tmp_path):
+    """`saved_model_cli run` loads through the TF1 session loader, the code path of TF Serving itself."""
+    model, path = exported
+    image = random_image((40, 36, 3), 11)
+    jpeg = tf.io.encode_jpeg(image).numpy()  # ends with FFD9: safe in a fixed-width numpy bytes array
+    np.save(tmp_path / "encoded.npy", np.array([jpeg, jpeg]))
+    out = _run_cli("run", "--dir", path, "--tag_set", "serve", "--signature_def", "serving_default",
+                   "--inputs", f"images={tmp_path / 'encoded.npy'}")
+    assert "Result for output key labels" in out and "Result for output key scores" in out
+    pixels = np.stack([random_image((SIZE, SIZE, 3), 12)]).astype(np.float32)
+    np.save(tmp_path / "pixels.npy", pixels)
+    out = _run_cli("run", "--dir", path, "--tag_set", "serve", "--signature_def", "predict_images",
+                   "--inputs", f"images={tmp_path / 'pixels.npy'}", "--outdir", str(tmp_path), "--overwrite")
+    served = np.load(tmp_path / "probabilities.npy")
+    np.testing.assert_allclose(served, keras_reference(model, pixels), atol=1e-5)
+
+
+def _has_serving_api():
+    try:
+        import tensorflow_serving.apis  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def test_served_without_keras_equals_the_keras_model(exported, tmp_path):
+    """A fresh process with `sys.modules['keras'] = None` serves both signatures; outputs equal Keras'."""
+    model, path = exported
+    encoded = lossless_images()
+    jpeg = tf.io.encode_jpeg(random_image((50, 28, 3), 9)).numpy()
+    pixels = np.random.default_rng(3).uniform(0, 255, (3, SIZE, SIZE, 3)).astype(np.float32)
+    np.save(tmp_path / "pixels.npy", pixels)
+    request = {"encoded": [base64.b64encode(b).decode() for b in [*encoded.values(), jpeg]],
+               "pixels": str(tmp_path / "pixels.npy")}
+    (tmp_path / "request.json").write_text(json.dumps(request))
+    result_path = tmp_path / "result.npz"
+    subprocess.run(
+        [sys.executable, os.path.join(HERE, "export_serve_without_keras.py"), path,
+         str(tmp_path / "request.json"), str(result_path)],
+        check=True, timeout=300, capture_output=True,
+    )
+    result = np.load(result_path)
+    assert json.loads(str(result["keras_modules"])) == []
+    assert set(result["signatures"]) == {"serving_default", "predict_images"}
+
+    # JPEG: decoded by TensorFlow here too (PIL's libjpeg rounds differently); resize and model are independent.
+    reference_pixels = np.concatenate([_reference_pixels(encoded), resize_bilinear(tf.io.decode_jpeg(jpeg).numpy(),
+                                                                                    SIZE, SIZE)[None]])
+    probabilities = keras_reference(model, reference_pixels)
+    top = np.argsort(-probabilities, axis=1)[:, :TOP_K]
+    np.testing.assert_array_equal(result["serving_default/classes"], top)
+    np.testing.assert_allclose(result["serving_default/scores"], np.take_along_axis(probabilities, top, 1), atol=1e-5)
+    np.testing.assert_array_equal(result["serving_default/labels"], np.array(LABELS)[top])
+    assert result["serving_default/classes"].dtype == np.int32
+    np.testing.assert_allclose(result["predict_images/probabilities"], keras_reference(model, pixels), atol=1e-5)
+
+    warmup = json.loads(str(result["warmup"]))
+    if warmup is None:
+        pytest.skip("tensorflow-serving-api is not installed: no warmup replay (pip install --no-deps ...)")
+    assert [name for name, _ in warmup] == ["serving_default", "predict_images"]
+    assert warmup[0][1] == {"scores": [2, TOP_K], "classes": [2, TOP_K], "labels": [2, TOP_K]}
+    assert warmup[1][1] == {"probabilities": [1, 5]}
+
+
+def _bad_requests():
+    png = encode(random_image((20, 20, 3), 1), "PNG")
+    gif = encode(random_image((8, 8, 3), 2), "GIF")
+    jpeg = tf.io.encode_jpeg(random_image((8, 8, 3), 3)).numpy()
+    sof = jpeg.index(b"\xff\xc0") + 5  # SOF0: precision, then height and width, big-endian uint16
+    return {
+        "corrupt PNG": (png[:60], "PNG"),
+        "empty string": (b"", "Not a JPEG, PNG, GIF or BMP"),
+        "not an image": (b"%PDF-1.4 a text file", "Not a JPEG, PNG, GIF or BMP"),
+        "truncated PNG header": (png[:20], "Truncated image"),
+        "PNG header claiming 100000 x 100000": (with_huge_png_header(png, 100_000, 100_000), "too large"),
+        "PNG over the export's pixel limit": (encode(random_image((80, 80, 3), 4), "PNG"), "too large"),
+        "GIF header claiming 65535 x 65535": (gif[:6] + b"\xff\xff\xff\xff" + gif[10:], "too large"),
+        "JPEG header claiming 65000 x 65000": (jpeg[:sof] + b"\xfd\xe8\xfd\xe8" + jpeg[sof + 4:], "too large"),
+    }
+
+
+@pytest.mark.parametrize("case", list(_bad_requests()))
+def test_bad_encoded_image_is_invalid_argument(loaded, case):
+    image, message = _bad_requests()[case]
+    good = encode(random_image((20, 20, 3), 5), "PNG")
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+        loaded.signatures["serving_default"](images=tf.constant([good, image]))
+    assert loaded.signatures["serving_default"](images=tf.constant([good]))["classes"].shape == (1, TOP_K)
+
+
+def test_image_at_the_pixel_limit_is_served(loaded):
+    at_limit = encode(random_image((64, 64, 3), 6), "PNG")
+    assert loaded.signatures["serving_default"](images=tf.constant([at_limit]))["scores"].shape == (1, TOP_K)
+
+
+def test_too_many_images_is_invalid_argument(loaded):
+    good = encode(random_image((20, 20, 3), 5), "PNG")
+    with pytest.raises(tf.errors.InvalidArgumentError, match="Too many images"):
+        loaded.signatures["serving_default"](images=tf.constant([good] * (MAX_BATCH + 1)))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="Too many images"):
+        loaded.signatures["predict_images"](images=tf.zeros([MAX_BATCH + 1, SIZE, SIZE, 3]))
+
+
+@pytest.mark.parametrize("shape", [(1, 16, SIZE, 3), (1, SIZE, SIZE, 4), (2, SIZE, SIZE + 8, 3)])
+def test_float_batch_of_the_wrong_size_is_invalid_argument(loaded, shape):
+    with pytest.raises(tf.errors.InvalidArgumentError, match=rf"\(batch, {SIZE}, {SIZE}, 3\)"):
+        loaded.signatures["predict_images"](images=tf.zeros(shape))
+
+
+def test_float_batch_of_the_wrong_rank_is_invalid_argument(loaded):
+    """The signature declares rank 4, so the graph's rank check is folded away: a rank-3 batch still fails
+    with InvalidArgument (incompatible shapes), with a less specific message."""
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        loaded.signatures["predict_images"](images=tf.zeros((SIZE, SIZE, 3)))
+
+
+def test_headless_model_exports_features(tmp_path):
+    model = keras_vit.ViT(**{k: v for k, v in TINY.items()}, include_top=False,
+                          pooling="token")
+    path = export_saved_model(model, tmp_path / "features")
+    served = tf.saved_model.load(path)
+    assert set(served.signatures) == {"serving_default", "features"}
+    encoded = lossless_images()
+    out = served.signatures["serving_default"](images=tf.constant(list(encoded.values())))
+    np.testing.assert_allclose(out["features"].numpy(), keras_reference(model, _reference_pixels(encoded)), atol=1e-5)
+    pixels = np.random.default_rng(4).uniform(0, 255, (2, SIZE, SIZE, 3)).astype(np.float32)
+    out = served.signatures["features"](images=tf.constant(pixels))
+    np.testing.assert_allclose(out["features"].numpy(), keras_reference(model, pixels), atol=1e-5)
+    assert not os.path.exists(os.path.join(path, "assets", "labels.txt"))
+
+
+def test_logits_head_serves_logits_and_softmax_scores(tmp_path):
+    model = tiny_vit(classifier_activation=None)
+    served = tf.saved_model.load(export_saved_model(model, tmp_path / "logits", top_k=10))
+    pixels = np.random.default_rng(5).uniform(0, 255, (2, SIZE, SIZE, 3)).astype(np.float32)
+    logits = keras_reference(model, pixels)
+    served_logits = served.signatures["predict_images"](images=pixels)["logits"].numpy()
+    np.testing.assert_allclose(served_logits, logits, rtol=1e-5, atol=1e-5)  # logits reach ~15: relative
+    png = [encode(p.astype(np.uint8), "PNG") for p in pixels.round()]
+    out = served.signatures["serving_default"](images=tf.constant(png))
+    reference = keras_reference(model, pixels.round())
+    softmax = np.exp(reference - reference.max(1, keepdims=True))
+    softmax /= softmax.sum(1, keepdims=True)
+    assert out["scores"].shape == (2, 5)  # top_k is capped at the number of classes
+    np.testing.assert_allclose(out["scores"].numpy(), -np.sort(-softmax, axis=1), atol=1e-5)
+    assert [label.decode() for label in out["labels"].numpy()[0]] == [f"class_{i}" for i in out["classes"][0]]
+
+
+def test_model_with_its_own_preprocessing_is_not_scaled_twice(tmp_path):
+    model = tiny_vit(include_preprocessing=True)
+    served = tf.saved_model.load(export_saved_model(model, tmp_path / "pre"))
+    pixels = np.random.default_rng(6).uniform(0, 255, (2, SIZE, SIZE, 3)).astype(np.float32)
+    own_scaling = model(pixels, training=False).numpy()  # the model's `preprocessing` layer scales 0..255
+    np.testing.assert_allclose(served.signatures["predict_images"](images=pixels)["probabilities"].numpy(),
+                               own_scaling, atol=1e-5)
+
+
+def test_versions_are_next_free_and_never_overwritten(tmp_path):
+    model = tiny_vit(num_layers=1)
+    base = tmp_path / "m"
+    assert export_saved_model(model, base).endswith(os.sep + "1")
+    assert export_saved_model(model, base, version=7).endswith(os.sep + "7")
+    assert export_saved_model(model, base).endswith(os.sep + "8")
+    stamp = os.path.getmtime(base / "7" / "saved_model.pb")
+    with pytest.raises(ValueError, match="Version 7 already exists"):
+        export_saved_model(model, base, version=7)
+    assert os.path.getmtime(base / "7" / "saved_model.pb") == stamp
+    assert export_saved_model(model, base, version=7, overwrite=True).endswith(os.sep + "7")
+    assert sorted(os.listdir(base)) == ["1", "7", "8"]
+
+
+def test_export_without_the_serving_api_skips_the_warmup_file(tmp_path, monkeypatch, caplog):
+    monkeypatch.setitem(sys.modules, "tensorflow_serving", None)
+    monkeypatch.setitem(sys.modules, "tensorflow_serving.apis", None)
+    with caplog.at_level(logging.WARNING):
+        path = export_saved_model(tiny_vit(), tmp_path / "m")
+    assert not os.path.exists(os.path.join(path, "assets.extra", "tf_serving_warmup_requests"))
+    assert "pip install --no-deps tensorflow-serving-api" in caplog.text
+    assert tf.saved_model.load(path).signatures["predict_images"](images=tf.zeros([1, SIZE, SIZE, 3]))
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(top_k=0), "top_k"),
+        (dict(max_pixels=-1), "max_pixels"),
+        (dict(version=-3), "version"),
+        (dict(preprocessing="imagenet"), "preprocessing"),
+        (dict(labels=["a", "b"]), "one label per class"),
+        (dict(labels=["a", "b\nc", "d", "e", "f"]), "line breaks"),
+    ],
+)
+def test_bad_arguments_raise_value_error(tmp_path, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        export_saved_model(tiny_vit(), tmp_path / "m", **kwargs)
+    assert not os.path.exists(tmp_path / "m" / "1")
+
+
+def test_token_sequence_model_is_refused(tmp_path):
+    model = keras_vit.ViT(**TINY, include_top=False)
+    with pytest.raises(ValueError, match="output_shape=\\(None, 17, 32\\)"):
+        export_saved_model(model, tmp_path / "m")
