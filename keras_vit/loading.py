@@ -417,11 +417,12 @@ def _model_variant_key(model) -> str | None:
     args = dict(patch_size=patch, hidden_size=encoder.hidden_size, num_layers=blocks, num_heads=block.num_heads,
                 mlp_dim=block.mlp_dim)
     if "resnet_stem" in names:
-        from keras_vit.layers.resnet import stem_stride
+        from keras_vit.layers.resnet import RESNET_STEMS, stem_stride
 
         stem = model.get_layer("resnet_stem")
         args["patch_size"] = patch * stem_stride(stem.block_units)
-        args["hybrid"] = "r50"
+        found = dict(block_units=tuple(stem.block_units), width=stem.width)
+        args["hybrid"] = next((n for n, s in RESNET_STEMS.items() if _same_stem(n, found)), found)
     return _variant_key(args)
 
 

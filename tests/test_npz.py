@@ -272,3 +272,18 @@ def test_truncated_or_corrupt_files(tmp_path, damage):
         np.savez(path, cls=np.array([{"a": 1}], dtype=object))
     with pytest.raises(ValueError, match="truncated|corrupt"):
         keras_vit.ViT(weights=path)
+
+
+def test_channels_come_from_the_checkpoint(tmp_path):
+    params = random_official_params(np.random.default_rng(15), channels=1)
+    model = keras_vit.ViT(weights=_write(tmp_path, params), classifier_activation=None)
+    assert model.input_shape == (None, 32, 32, 1)
+    gray = np.random.default_rng(16).uniform(-1, 1, (2, 32, 32, 1)).astype("float32")
+    assert _rel_err(model.predict(gray, verbose=0), _reference(params, gray)) < 1e-4
+
+
+def test_pickle_files_are_refused(tmp_path):
+    path = tmp_path / "model.pth"
+    path.write_bytes(b"\x80\x04K\x01.")
+    with pytest.raises(ValueError, match="Pickle-based"):
+        keras_vit.ViT(weights=str(path))

@@ -132,3 +132,14 @@ def test_unreachable_download_is_a_clear_error(published_tiny, monkeypatch):
     monkeypatch.setattr(weights, "BASE_URL", "file:///nonexistent/vit_models/")
     with pytest.raises(ValueError, match="Could not download weights 'imagenet21k' for ViT T8"):
         keras_vit.ViT(**TINY_ARCH, weights="imagenet21k")
+
+
+def test_load_a_published_name_into_an_existing_model(published_tiny, images):
+    from keras_vit import loading
+
+    _, params = published_tiny
+    model = keras_vit.ViT(**TINY_ARCH, image_size=32, classes=5, representation_size=32, classifier_activation=None)
+    report = loading.load_weights(model, "imagenet21k")
+    assert len(report.loaded) == len(params)
+    expected = vit_forward({k: v.astype("float64") for k, v in params.items()}, images.astype("float64"))
+    np.testing.assert_allclose(model.predict(images, verbose=0), expected, rtol=1e-4, atol=1e-4)
