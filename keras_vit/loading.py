@@ -325,7 +325,7 @@ def plan_load(model, checkpoint: Checkpoint, interpolation: str = "bilinear", la
     report = LoadReport(loaded=[], skipped=[], reinitialised=[])
     assignments, missing, misshaped = [], [], []
     head = targets.get("head/kernel")
-    new_head = head is not None and "head/kernel" in params and params["head/kernel"].shape[-1] != head.shape[-1]
+    new_head = head is not None and ("head/kernel" not in params or params["head/kernel"].shape[-1] != head.shape[-1])
     for key, variable in targets.items():
         if new_head and key in _HEAD_KEYS:
             report.reinitialised.append(key)
@@ -389,9 +389,10 @@ def _report(model, checkpoint, report: LoadReport, label) -> None:
                  "(pass representation_size=N to keep it).", ", ".join(sorted(report.skipped)))
     head_new = [k for k in report.reinitialised if k.startswith("head/")]
     if head_new:
-        log.warning("The checkpoint's head has %d classes and the model %d: the head is new and zero-initialised "
-                    "(as in the paper's fine-tuning); train it before use.",
-                    checkpoint.params["head/kernel"].shape[-1], model.get_layer("head").kernel.shape[-1])
+        kernel = checkpoint.params.get("head/kernel")
+        found = f"has {kernel.shape[-1]} classes" if kernel is not None else "has no head"
+        log.warning("The checkpoint %s and the model %d classes: the head is new and zero-initialised (as in the "
+                    "paper's fine-tuning); train it before use.", found, model.get_layer("head").kernel.shape[-1])
     if any(k.startswith("pre_logits/") for k in report.reinitialised):
         log.warning("The checkpoint has no pre_logits layer; the model's pre_logits is newly initialised.")
     if "head/kernel" in report.loaded and not np.any(checkpoint.params["head/kernel"]):

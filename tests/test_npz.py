@@ -119,10 +119,19 @@ def test_new_classes_get_a_zero_head_and_a_message(tmp_path, images, caplog):
     params = random_official_params(np.random.default_rng(4))
     with caplog.at_level(logging.INFO, logger="keras_vit"):
         model = keras_vit.ViT(weights=_write(tmp_path, params), classes=3)
-    assert "zero-initialised" in caplog.text
+    assert "The checkpoint has 5 classes and the model 3 classes: the head is new and zero-initialised" in caplog.text
     head = model.get_layer("head")
     assert head.units == 3 and not np.any(head.kernel.numpy()) and not np.any(head.bias.numpy())
     np.testing.assert_allclose(model.predict(images, verbose=0), np.full((2, 3), 1 / 3), atol=1e-6)
+
+
+def test_a_checkpoint_without_head_gets_a_new_one(tmp_path, caplog):
+    params = random_official_params(np.random.default_rng(17))
+    path = _write(tmp_path, {k: v for k, v in params.items() if not k.startswith("head/")})
+    with caplog.at_level(logging.INFO, logger="keras_vit"):
+        model = keras_vit.ViT(weights=path)
+    assert "has no head and the model 1000 classes" in caplog.text and model.output_shape == (None, 1000)
+    assert keras_vit.ViT(weights=path, include_top=False).output_shape == (None, 17, 32)
 
 
 def test_pre_logits_are_dropped_for_a_new_head_unless_asked_for(tmp_path, caplog):
