@@ -1,0 +1,87 @@
+"""`python -m keras_vit.export`: builds or loads a model, writes versions, refuses to overwrite."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import tensorflow as tf
+
+from export_fixtures import SIZE, tiny_vit
+from keras_vit.export.__main__ import main
+
+
+@pytest.fixture(scope="module")
+def keras_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("cli") / "tiny.keras"
+    tiny_vit(num_layers=1).save(path)
+    return str(path)
+
+
+def test_module_entry_point_exports_and_refuses_to_overwrite(keras_file, tmp_path, capsys):
+    base = str(tmp_path / "tiny")
+    command = ["--model", keras_file, "--export_base", base]
+    first = subprocess.run([sys.executable, "-m", "keras_vit.export", *command], capture_output=True, text=True,
+                           timeout=300)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert f"wrote {os.path.join(base, '1')}" in first.stdout
+    stamp = os.path.getmtime(os.path.join(base, "1", "saved_model.pb"))
+    assert main([*command, "--version", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "Version 1 already exists" in err and "--overwrite" in err
+    assert os.path.getmtime(os.path.join(base, "1", "saved_model.pb")) == stamp
+    assert os.listdir(base) == ["1"]
+
+
+def test_next_version_and_overwrite(keras_file, tmp_path, capsys):
+    base = str(tmp_path / "tiny")
+    assert main(["--model", keras_file, "--export_base", base]) == 0
+    assert main(["--model", keras_file, "--export_base", base]) == 0
+    assert main(["--model", keras_file, "--export_base", base, "--version", "2", "--overwrite", "--top_k", "2"]) == 0
+    assert sorted(os.listdir(base)) == ["1", "2"]
+    scores = tf.saved_model.load(os.path.join(base, "2")).signatures["serving_default"].structured_outputs["scores"]
+    assert scores.shape.as_list() == [None, 2]
+
+
+def test_weights_keras_file_with_a_variant_name(keras_file, tmp_path):
+    """`--weights model.keras` loads the trained model itself (here a tiny one, not a ViT-B/16)."""
+    base = str(tmp_path / "b16")
+    assert main(["--model", "vit_b16", "--weights", keras_file, "--export_base", base]) == 0
+    served = tf.saved_model.load(os.path.join(base, "1"))
+    assert served.signatures["predict_images"](images=tf.zeros([1, SIZE, SIZE, 3]))["probabilities"].shape == (1, 5)
+
+
+def test_variant_with_random_weights(tmp_path):
+    base = str(tmp_path / "ti16")
+    args = ["--model", "vit_ti16", "--weights", "none", "--image_size", "32", "--classes", "3", "--export_base", base]
+    assert main(args) == 0
+    served = tf.saved_model.load(os.path.join(base, "1"))
+    assert served.signatures["predict_images"](images=tf.zeros([2, 32, 32, 3]))["probabilities"].shape == (2, 3)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--model", "vit_z99"], "--model must be one of"),
+        (["--model", "missing.keras"], "does not exist"),
+    ],
+)
+def test_bad_flags_exit_2_with_a_message(tmp_path, capsys, args, message):
+    assert main([*args, "--export_base", str(tmp_path / "m")]) == 2
+    assert message in capsys.readouterr().err
+    assert not os.path.exists(tmp_path / "m" / "1")
+
+
+def test_tflite_format_writes_float_and_int8_once(keras_file, tmp_path, capsys):
+    base = str(tmp_path / "tiny")
+    assert main(["--model", keras_file, "--export_base", base, "--format", "tflite"]) == 0
+    assert sorted(os.listdir(os.path.join(base, "tflite"))) == ["model.tflite", "model_int8.tflite"]
+    assert main(["--model", keras_file, "--export_base", base, "--format", "tflite"]) == 2
+    assert "already exists" in capsys.readouterr().err
+
+
+def test_onnx_format(keras_file, tmp_path):
+    pytest.importorskip("tf2onnx")
+    base = str(tmp_path / "tiny")
+    assert main(["--model", keras_file, "--export_base", base, "--format", "onnx"]) == 0
+    assert os.path.getsize(os.path.join(base, "onnx", "model.onnx")) > 0
