@@ -143,3 +143,35 @@ def test_load_a_published_name_into_an_existing_model(published_tiny, images):
     assert len(report.loaded) == len(params)
     expected = vit_forward({k: v.astype("float64") for k, v in params.items()}, images.astype("float64"))
     np.testing.assert_allclose(model.predict(images, verbose=0), expected, rtol=1e-4, atol=1e-4)
+
+
+def _fake_published(monkeypatch, variant, name, **shape_args):
+    """Published-name flow with real shapes but no download: broadcast zero views stand in for the file."""
+    from keras_vit import loading
+    from keras_vit.checkpoints.canonical import Checkpoint
+
+    shapes = random_official_params(np.random.default_rng(0), **shape_args)
+    fake = Checkpoint({k: np.broadcast_to(np.float32(0), v.shape) for k, v in shapes.items()}, "official",
+                      f"{name}.npz", True, 1e-6)
+    fetched = []
+    monkeypatch.setattr(weights, "fetch", lambda entry, cache_dir=None: fetched.append(entry) or "fake.npz")
+    monkeypatch.setattr(loading, "read_checkpoint", lambda path, num_heads=None: fake)
+    return fetched
+
+
+def test_default_constructor_builds_at_the_checkpoint_resolution(monkeypatch):
+    fetched = _fake_published(monkeypatch, "Ti16", "augreg_in21k_ft_in1k", image_size=384, patch_size=16,
+                              hidden=192, layers=12, heads=3, mlp=768, classes=1000)
+    model = keras_vit.ViT_Ti16()
+    assert fetched == [weights.get_entry("Ti16", "augreg_in21k_ft_in1k")]
+    assert model.input_shape == (None, 384, 384, 3) and model.output_shape == (None, 1000)
+    assert "pre_logits" not in [layer.name for layer in model.layers]
+
+
+@pytest.mark.slow
+def test_raw_imagenet21k_b16_has_the_golden_count_and_warns(monkeypatch):
+    _fake_published(monkeypatch, "B16", "imagenet21k", image_size=224, patch_size=16, hidden=768, layers=12,
+                    heads=12, mlp=3072, classes=21843, representation_size=768)
+    with pytest.warns(UserWarning, match="all zeros"):
+        model = keras_vit.ViT_B16(weights="imagenet21k")
+    assert model.count_params() == 103_186_515  # ../shared/REFERENCE.md
