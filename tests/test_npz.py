@@ -296,3 +296,13 @@ def test_pickle_files_are_refused(tmp_path):
     path.write_bytes(b"\x80\x04K\x01.")
     with pytest.raises(ValueError, match="Pickle-based"):
         keras_vit.ViT(weights=str(path))
+
+
+def test_optimizer_state_beside_opt_target_is_skipped_and_reported(tmp_path, images, caplog):
+    params = random_official_params(np.random.default_rng(18))
+    stored = {f"opt/target/{k}": v for k, v in params.items()}
+    stored["opt/state/step"] = np.array(7)
+    with caplog.at_level(logging.INFO, logger="keras_vit"):
+        model = keras_vit.ViT(weights=_write(tmp_path, stored), classifier_activation=None)
+    assert "Skipped 1 optimizer-state arrays" in caplog.text
+    assert _rel_err(model.predict(images, verbose=0), _reference(params, images)) < 1e-4

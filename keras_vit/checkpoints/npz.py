@@ -6,7 +6,8 @@ spelling the official code has used is translated to the released pre-Linen name
 
 - block sublayers in Linen numbering (`LayerNorm_0`, `MultiHeadDotProductAttention_0`, `LayerNorm_1`,
   `MlpBlock_0`) -> (`LayerNorm_0`, `MultiHeadDotProductAttention_1`, `LayerNorm_2`, `MlpBlock_3`);
-- a `params/` or `opt/target/` prefix (training-state files) is dropped;
+- a `params/` or `opt/target/` prefix (training-state files) is dropped; the optimizer state beside
+  `opt/target/` (other `opt/...` arrays) is skipped and the skip logged on the `"keras_vit"` logger;
 - big_vision's top-level `pos_embedding` -> `Transformer/posembed_input/pos_embedding`;
 - scanned blocks stored once as `Transformer/encoderblock/...` with a leading depth axis are split into
   `Transformer/encoderblock_{i}/...`;
@@ -22,6 +23,7 @@ Example:
     (1, 1, 8)
 """
 
+import logging
 import re
 import zipfile
 
@@ -124,7 +126,13 @@ def read(path: str) -> Checkpoint:
     """
     from keras_vit.checkpoints.resnet_names import canonical_resnet_array, is_resnet_key
 
-    params = normalise(read_arrays(path))
+    arrays = read_arrays(path)
+    state = [k for k in arrays if k.startswith("opt/") and not k.startswith("opt/target/")]
+    if state and any(k.startswith("opt/target/") for k in arrays):
+        logging.getLogger("keras_vit").info("Skipped %d optimizer-state arrays of %s (%s, ...).", len(state), path,
+                                            state[0])
+        arrays = {k: v for k, v in arrays.items() if k not in state}
+    params = normalise(arrays)
     params = {k: canonical_resnet_array(k, v) if is_resnet_key(k) else v for k, v in params.items()}
     return Checkpoint(params=params, source="official", path=str(path), gelu_approximate=True,
                       layer_norm_epsilon=1e-6)
