@@ -1,0 +1,125 @@
+"""`python -m training.train` end to end on tiny configs, each in a fresh process (a fresh TensorFlow)."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = ["--image_size=8", "--patch_size=4", "--hidden_size=16", "--num_layers=1", "--num_heads=2",
+        "--mlp_dim=32", "--global_batch_size=16", "--log_every=2", "--show_predictions=0"]
+
+
+def train(workdir, *args, timeout=240):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
+    cmd = [sys.executable, "-m", "training.train", f"--workdir={workdir}", *TINY, *args]
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def weights(path):
+    """Every array of a `.weights.h5` file by its path in the file."""
+    arrays = {}
+    with h5py.File(path, "r") as f:
+        f.visititems(lambda name, obj: arrays.__setitem__(name, obj[()]) if isinstance(obj, h5py.Dataset) else None)
+    return arrays
+
+
+def test_one_device_run_writes_config_checkpoints_metrics_and_a_summary_line(tmp_path):
+    result = train(tmp_path, "--steps=4", "--checkpoint_every=2", "--strategy=one_device", "--export=false")
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.strip().splitlines()
+    assert lines[-1].startswith("final: eval_accuracy=") and "359 test images after 4 steps" in lines[-1]
+    assert any(line.startswith("step 2/4 loss=") and "images_per_sec=" in line for line in lines)
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["steps"] == 4 and 0.0 <= metrics["eval_accuracy"] <= 1.0 and metrics["eval_loss"] > 0
+    assert metrics["train_images_per_sec"] > 0 and f"{metrics['eval_accuracy']:.4f}" in lines[-1]
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["steps"] == 4 and config["hidden_size"] == 16 and config["recipe"] == "demo"
+    assert sorted(os.listdir(tmp_path / "checkpoints"))[0] == "checkpoint"
+    assert os.path.exists(tmp_path / "checkpoints" / "ckpt-4.index")
+    assert list((tmp_path / "tensorboard" / "train").iterdir())  # event files
+    import keras
+
+    import keras_vit  # noqa: F401  (registers the layers)
+
+    model = keras.saving.load_model(tmp_path / "model.keras")  # safe mode
+    assert model.output_shape == (None, 10)
+    # A different config in the same workdir is refused, naming the field.
+    other = train(tmp_path, "--steps=4", "--checkpoint_every=2", "--learning_rate=0.5", "--export=false")
+    assert other.returncode != 0 and "learning_rate" in other.stderr
+
+
+def test_resumed_run_ends_with_the_weights_of_an_uninterrupted_run(tmp_path):
+    args = ["--steps=6", "--checkpoint_every=3", "--keep_checkpoints=5", "--export=false"]
+    full = tmp_path / "full"
+    assert train(full, *args).returncode == 0
+    # The state a kill between steps 3 and 6 leaves behind: checkpoint 3, nothing after it.
+    interrupted = tmp_path / "interrupted"
+    shutil.copytree(full / "checkpoints", interrupted / "checkpoints")
+    shutil.copy(full / "config.json", interrupted / "config.json")
+    for name in os.listdir(interrupted / "checkpoints"):
+        if name.startswith("ckpt-6"):
+            os.remove(interrupted / "checkpoints" / name)
+    (interrupted / "checkpoints" / "checkpoint").write_text(
+        'model_checkpoint_path: "ckpt-3"\nall_model_checkpoint_paths: "ckpt-3"\n'
+    )
+    result = train(interrupted, *args)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "resumed from" in result.stdout and "ckpt-3 at step 3" in result.stdout
+    resumed, uninterrupted = weights(interrupted / "model.weights.h5"), weights(full / "model.weights.h5")
+    assert resumed.keys() == uninterrupted.keys() and len(resumed) > 10
+    for name in uninterrupted:
+        np.testing.assert_allclose(resumed[name], uninterrupted[name], rtol=0, atol=1e-6, err_msg=name)
+    # ... and not trivially: training moved the weights between the two checkpoints.
+    final_sum = float(sum(np.sum(w) for w in uninterrupted.values()))
+    assert not np.isclose(weights_of_checkpoint(full / "checkpoints" / "ckpt-3"), final_sum, rtol=1e-4)
+
+
+def weights_of_checkpoint(prefix):
+    import tensorflow as tf
+
+    reader = tf.train.load_checkpoint(str(prefix))
+    return float(sum(np.sum(reader.get_tensor(k)) for k in reader.get_variable_to_shape_map()
+                     if k.startswith("model/") and "OPTIMIZER" not in k))
+
+
+def test_nan_loss_stops_with_a_message_and_keeps_the_last_good_checkpoint(tmp_path):
+    result = train(tmp_path, "--steps=20", "--checkpoint_every=1", "--optimizer=sgd", "--learning_rate=1e30",
+                   "--grad_clip_norm=0", "--warmup_steps=0", "--schedule=constant", "--export=false")
+    assert result.returncode == 1
+    assert "Loss became" in result.stderr and "last good checkpoint" in result.stderr
+    stopped_at = int(result.stderr.split("at step ")[1].split(";")[0])
+    assert stopped_at < 20
+    saved = sorted(int(n[len("ckpt-"):-len(".index")]) for n in os.listdir(tmp_path / "checkpoints")
+                   if n.endswith(".index"))
+    assert saved and max(saved) == stopped_at - 1  # nothing written at or after the diverged step
+    assert not (tmp_path / "metrics.json").exists()
+
+
+@pytest.mark.parametrize("precision", ["bfloat16", pytest.param("float16", marks=pytest.mark.slow)])
+def test_mixed_precision_step(tmp_path, precision):
+    result = train(tmp_path, "--steps=1", f"--mixed_precision={precision}", "--export=false")
+    assert result.returncode == 0, result.stderr[-3000:]
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert np.isfinite(metrics["eval_loss"])
+    import keras
+
+    import keras_vit  # noqa: F401  (registers the layers)
+
+    model = keras.saving.load_model(tmp_path / "model.keras")  # the saved copy is float32
+    assert all(w.dtype == "float32" for w in model.weights)
+
+
+@pytest.mark.slow
+def test_augmentations_and_export_run(tmp_path):
+    pytest.importorskip("keras_vit.export")
+    result = train(tmp_path, "--steps=3", "--randaugment=2,10", "--mixup=0.2", "--cutmix=1.0",
+                   "--label_smoothing=0.1", "--show_predictions=3", "--image_size=16", timeout=400)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (tmp_path / "export" / "1" / "saved_model.pb").exists()
+    assert "classified 3 test images with the exported model" in result.stdout

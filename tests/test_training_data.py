@@ -1,0 +1,147 @@
+"""training.data and training.augment: sources, preprocessing, determinism, resumption, sharding, padding."""
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from training import augment, data
+
+COLOURS = {"blue": (0, 0, 255), "green": (0, 255, 0), "red": (255, 0, 0)}
+
+
+def _write_folder(root, splits=("train", "validation"), per_class=3, size=(12, 10)):
+    """PNG folder where every image of a class is one flat colour, so labels can be checked from pixels."""
+    for split in splits:
+        for name, colour in COLOURS.items():
+            os.makedirs(root / split / name)
+            for i in range(per_class):
+                image = np.broadcast_to(np.array(colour, np.uint8), (*size, 3))
+                tf.io.write_file(str(root / split / name / f"{i}.png"), tf.io.encode_png(image))
+
+
+def test_digits_eval_batches_are_resized_and_scaled_to_minus_one_one():
+    from sklearn.datasets import load_digits
+
+    ds, num_classes = data.make_dataset("digits", "test", image_size=16, batch_size=400)
+    images, labels = next(iter(ds))
+    assert num_classes == 10 and images.shape == (359, 16, 16, 3) and images.dtype == tf.float32
+    assert float(tf.reduce_min(images)) == -1.0 and float(tf.reduce_max(images)) == pytest.approx(1.0)
+    # Independent check: the split holds real digits; the label counts add up with the train split to 1797.
+    train = data.dataset_source("digits", "train")
+    assert train.num_examples + 359 == len(load_digits().target)
+    assert set(np.unique(labels.numpy())) == set(range(10))
+
+
+def test_eval_image_is_a_plain_resize_of_the_pixels():
+    source = data.dataset_source("digits", "test")
+    raw, _ = next(iter(source.elements))
+    ds, _ = data.make_dataset("digits", "test", image_size=8, batch_size=1)
+    image = next(iter(ds))[0][0].numpy()
+    # 8x8 -> 8x8 is the identity; [0, 255] -> [-1, 1] is x / 127.5 - 1.
+    np.testing.assert_allclose(image, raw.numpy() / 127.5 - 1.0, atol=1e-6)
+
+
+def test_training_stream_is_deterministic_and_resumes_exactly():
+    def batches(start_index, count, seed=3):
+        ds, _ = data.make_dataset("digits", "train", image_size=16, batch_size=4, training=True, seed=seed,
+                                  start_index=start_index)
+        return [b for b, _ in zip(ds.as_numpy_iterator(), range(count))]
+
+    full = batches(0, 5)
+    resumed = batches(8, 3)  # resumed after two batches of 4
+    for a, b in zip(full[2:], resumed):
+        np.testing.assert_array_equal(a[0], b[0])
+        np.testing.assert_array_equal(a[1], b[1])
+    other_seed = batches(0, 1, seed=4)
+    assert not np.array_equal(full[0][0], other_seed[0][0])
+
+
+def test_training_augmentation_crops_and_flips(tmp_path):
+    image = tf.constant(np.arange(16 * 16 * 3).reshape(16, 16, 3) % 256, tf.uint8)
+    flipped_somewhere = False
+    for i in range(20):
+        out = data.train_image(image, (16, 16), tf.constant([0, i], tf.int64), crop="none", flip=True)
+        if np.array_equal(out.numpy(), image.numpy()[:, ::-1].astype(np.float32)):
+            flipped_somewhere = True
+        else:
+            np.testing.assert_array_equal(out.numpy(), image.numpy().astype(np.float32))
+    assert flipped_somewhere
+    crops = {data.train_image(image, (16, 16), tf.constant([1, i], tf.int64), crop_min_area=0.1, flip=False)
+             .numpy().tobytes() for i in range(5)}
+    assert len(crops) > 1
+
+
+def test_folder_loader_reads_labels_from_directories_and_finds_the_eval_split(tmp_path):
+    _write_folder(tmp_path)
+    name = f"folder:{tmp_path}"
+    assert data.default_splits(name) == ("train", "validation")
+    ds, num_classes = data.make_dataset(name, "validation", image_size=8, batch_size=32)
+    images, labels = next(iter(ds))
+    assert num_classes == 3 and images.shape == (9, 8, 8, 3)
+    names = sorted(COLOURS)
+    for image, label in zip(images.numpy(), labels.numpy()):
+        expected = (np.array(COLOURS[names[label]], np.float32) / 127.5) - 1.0
+        np.testing.assert_allclose(image[0, 0], expected, atol=1e-6)
+    train, _ = data.make_dataset(name, "train", image_size=8, batch_size=4, training=True)
+    assert next(iter(train))[0].shape == (4, 8, 8, 3)
+
+
+def test_folder_errors_name_the_problem(tmp_path):
+    with pytest.raises(data.DatasetNotFoundError, match="train"):
+        data.make_dataset(f"folder:{tmp_path}", "test")
+    _write_folder(tmp_path, splits=("train",))
+    with pytest.raises(data.DatasetNotFoundError, match="test, val or validation|evaluation split"):
+        data.default_splits(f"folder:{tmp_path}")
+
+
+def test_missing_tfds_dataset_explains_how_to_prepare_it_without_downloading(tmp_path):
+    with pytest.raises(data.DatasetNotFoundError, match="download_and_prepare") as info:
+        data.make_dataset("cifar10", "train", data_dir=str(tmp_path))
+    assert "--data_dir" in str(info.value)
+    assert not any(tmp_path.rglob("*.tfrecord*"))
+
+
+def test_tfds_dataset_through_mock_data():
+    import tensorflow_datasets as tfds
+
+    with tfds.testing.mock_data(num_examples=12):
+        ds, num_classes = data.make_dataset("mnist", "test", image_size=8, batch_size=5)
+        shapes = [images.shape for images, _ in ds]
+        train, _ = data.make_dataset("cifar10", "train", image_size=8, batch_size=4, training=True)
+        images, labels = next(iter(train))
+    assert num_classes == 10 and shapes == [(5, 8, 8, 3), (5, 8, 8, 3), (2, 8, 8, 3)]  # grey -> RGB
+    assert images.shape == (4, 8, 8, 3) and labels.dtype == tf.int32
+
+
+def test_sharding_splits_the_data_between_pipelines():
+    seen = []
+    for pipeline in range(2):
+        context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=pipeline,
+                                             num_replicas_in_sync=2)
+        ds, _ = data.make_dataset("digits", "test", image_size=8, batch_size=1000, input_context=context)
+        seen.append(next(iter(ds))[0].numpy().reshape(-1, 8 * 8 * 3))
+    assert len(seen[0]) + len(seen[1]) == 359 and abs(len(seen[0]) - len(seen[1])) <= 1
+    full = next(iter(data.make_dataset("digits", "test", image_size=8, batch_size=1000)[0]))[0].numpy()
+    full = full.reshape(-1, 8 * 8 * 3)
+    np.testing.assert_array_equal(seen[0], full[0::2])  # ds.shard(2, i) takes elements i, i + 2, ...
+    np.testing.assert_array_equal(seen[1], full[1::2])
+
+
+def test_pad_eval_batches_masks_the_padding():
+    ds = tf.data.Dataset.from_tensor_slices((tf.ones([5, 2, 2, 3]), tf.range(5))).batch(2)
+    padded = list(data.pad_eval_batches(ds, batch_size=2, num_batches=4).as_numpy_iterator())
+    assert len(padded) == 4 and all(images.shape == (2, 2, 2, 3) for images, _, _ in padded)
+    np.testing.assert_array_equal(np.concatenate([mask for _, _, mask in padded]), [1, 1, 1, 1, 1, 0, 0, 0])
+    assert data.eval_batches_per_pipeline(359, global_batch_size=64, num_pipelines=2) == 6  # ceil(180 / 32)
+
+
+def test_batch_transform_mixes_one_hot_labels():
+    transform = augment.make_batch_transform(num_classes=4, randaugment=(2, 10), mixup=0.4, cutmix=1.0, seed=1)
+    images = tf.random.stateless_uniform([6, 16, 16, 3], seed=[1, 2], maxval=255.0)
+    out, labels = transform(images, tf.constant([0, 1, 2, 3, 0, 1]), tf.constant(0, tf.int64))
+    assert out.shape == images.shape and labels.shape == (6, 4)
+    np.testing.assert_allclose(labels.numpy().sum(-1), 1.0, atol=1e-5)
+    assert float(tf.reduce_min(out)) >= 0.0 and float(tf.reduce_max(out)) <= 255.0
+    assert augment.make_batch_transform(num_classes=4) is None

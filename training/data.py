@@ -1,0 +1,356 @@
+"""tf.data input pipelines: tensorflow-datasets by name, an ImageFolder directory, or the embedded digits.
+
+Training follows the official ViT input pipeline (google-research/vision_transformer `input_pipeline.py`):
+decode, Inception crop (`sample_distorted_bounding_box`, area in [crop_min_area, 1], aspect 3/4..4/3),
+resize to the training resolution, random horizontal flip; evaluation resizes to the resolution without a
+centre crop. Images are then scaled from [0, 255] to [-1, 1], the preprocessing of every published ViT
+checkpoint. Batches are formed with the given (per-replica) batch size and prefetched.
+
+Determinism and resumption: the training stream is a pure function of `seed` and the element index. The
+split is shuffled with a fixed seed (reshuffled each epoch from that seed), repeated, and every element's
+crop and flip use stateless random ops keyed by `(seed, index)`. Resuming at step `k` skips the first
+`k * batch_size` encoded elements (cheap: before decoding), so the resumed stream equals the uninterrupted
+one. The Keras RandAugment / Mixup / CutMix layers (`training.augment`) draw from their own seeded
+generators, which restart on resume (seeded by `seed` and the resume step), the one part that tf.data
+cannot replay exactly.
+
+Sources (`name`):
+    * `"digits"`: scikit-learn's 8x8 handwritten digits (1,797 images, 10 classes; install the `demo`
+      extra), a fixed 80/20 train/test split, grey levels 0..16 scaled to 0..255 and repeated to RGB.
+    * `"folder:PATH"`: the tensorflow-datasets ImageFolder layout `PATH/<split>/<label>/<image>`; the
+      evaluation split may be called `test`, `val` or `validation`.
+    * any other name: a prepared tensorflow-datasets dataset (never downloaded unless `download=True`).
+
+Example:
+    >>> ds, num_classes = make_dataset("digits", "test", image_size=32, batch_size=8)
+    >>> images, labels = next(iter(ds))
+    >>> images.shape, num_classes
+    (TensorShape([8, 32, 32, 3]), 10)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+
+import numpy as np
+import tensorflow as tf
+
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif")
+EVAL_SPLIT_NAMES = ("test", "val", "validation")
+_DIGITS_SPLIT_SEED = 0
+
+
+class DatasetNotFoundError(ValueError):
+    """The dataset is not available locally; the message says how to prepare it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """An undecoded split: `(encoded_or_array, label)` elements, a decode function, and counts."""
+
+    elements: tf.data.Dataset
+    decode: object
+    num_examples: int
+    num_classes: int
+    class_names: tuple[str, ...]
+
+
+def dataset_source(name: str, split: str, data_dir: str | None = None, download: bool = False) -> Source:
+    """Resolves a dataset name and split to a `Source` (see the module docstring for the names).
+
+    Raises:
+        DatasetNotFoundError: when the data is not there, with instructions to prepare it.
+        ValueError: for an unknown split.
+    """
+    if name == "digits":
+        return _digits_source(split)
+    if name.startswith("folder:"):
+        return _folder_source(name[len("folder:"):], split)
+    return _tfds_source(name, split, data_dir, download)
+
+
+def default_splits(name: str, data_dir: str | None = None) -> tuple[str, str]:
+    """(train split, eval split) for a dataset: `train` and the first of test/val/validation present."""
+    if name == "digits":
+        return "train", "test"
+    if name.startswith("folder:"):
+        root = name[len("folder:"):]
+        for split in EVAL_SPLIT_NAMES:
+            if os.path.isdir(os.path.join(root, split)):
+                return "train", split
+        raise DatasetNotFoundError(
+            f"No evaluation split in image folder {root!r}: expected one of {EVAL_SPLIT_NAMES} next to "
+            f"'train'. Received: dataset={name!r}"
+        )
+    splits = _tfds_builder(name, data_dir).info.splits
+    for split in EVAL_SPLIT_NAMES:
+        if split in splits:
+            return "train", split
+    return "train", "train"
+
+
+def make_dataset(
+    name: str,
+    split: str,
+    data_dir: str | None = None,
+    image_size: int = 224,
+    batch_size: int = 32,
+    training: bool = False,
+    seed: int = 0,
+    *,
+    crop: str = "inception",
+    crop_min_area: float = 0.05,
+    flip: bool = True,
+    shuffle_buffer: int = 10_000,
+    start_index: int = 0,
+    input_context: tf.distribute.InputContext | None = None,
+    batch_transform=None,
+    download: bool = False,
+) -> tuple[tf.data.Dataset, int]:
+    """Builds the input pipeline of one split.
+
+    Args:
+        name: `"digits"`, `"folder:PATH"` or a tensorflow-datasets name.
+        split: split name (`"train"`, `"test"`, a tfds slice such as `"train[:90%]"`).
+        data_dir: tensorflow-datasets data directory (None: tfds' default, `~/tensorflow_datasets`).
+        image_size: side of the square output images.
+        batch_size: the batch size of this pipeline (per replica under `tf.distribute`).
+        training: shuffle, repeat forever, Inception-crop and flip; else one ordered pass, resized.
+        seed: seed of the shuffle and of the per-element crops and flips.
+        crop: `"inception"` (random-resized crop) or `"none"` (resize only) for training.
+        crop_min_area: smallest crop area as a fraction of the image (0.05 in the official code).
+        flip: random horizontal flips while training.
+        shuffle_buffer: shuffle buffer size in elements.
+        start_index: number of training elements (of this pipeline) already consumed: resume point.
+        input_context: shards the data across input pipelines (workers) under `tf.distribute`.
+        batch_transform: optional `fn(images, labels, batch_index) -> (images, labels)` applied to each
+            training batch in [0, 255] before scaling (RandAugment, Mixup, CutMix).
+        download: let tensorflow-datasets download and prepare a missing dataset.
+
+    Returns:
+        `(dataset, num_classes)`: batches of float32 images in [-1, 1], shape (B, S, S, 3), and labels
+        (int32, or float one-hot rows when `batch_transform` mixes labels).
+    """
+    source = dataset_source(name, split, data_dir, download)
+    ds = source.elements
+    if input_context is not None and input_context.num_input_pipelines > 1:
+        ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+    size = (image_size, image_size)
+    if training:
+        ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True).repeat()
+        ds = ds.enumerate().skip(start_index)
+
+        def prepare(index, element):
+            image, label = element
+            element_seed = tf.stack([tf.cast(seed, tf.int64), index])
+            image = train_image(source.decode(image), size, element_seed, crop, crop_min_area, flip)
+            return image, label
+
+        ds = ds.map(prepare, num_parallel_calls=tf.data.AUTOTUNE)
+        ds = ds.batch(batch_size, drop_remainder=True)
+        first_batch = start_index // batch_size
+        ds = tf.data.Dataset.zip(tf.data.Dataset.counter(first_batch), ds)
+
+        def finish(batch_index, batch):
+            images, labels = batch
+            if batch_transform is not None:
+                images, labels = batch_transform(images, labels, batch_index)
+            return to_model_range(images), labels
+
+        ds = ds.map(finish, num_parallel_calls=None if batch_transform is not None else tf.data.AUTOTUNE)
+    else:
+        ds = ds.map(
+            lambda image, label: (to_model_range(eval_image(source.decode(image), size)), label),
+            num_parallel_calls=tf.data.AUTOTUNE,
+        )
+        ds = ds.batch(batch_size)
+    options = tf.data.Options()
+    options.deterministic = True
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    return ds.with_options(options).prefetch(tf.data.AUTOTUNE), source.num_classes
+
+
+def train_image(image, size, seed, crop="inception", crop_min_area=0.05, flip=True):
+    """Inception crop + resize + flip of one uint8 image, stateless in `seed` (shape (2,) int)."""
+    seeds = tf.random.experimental.stateless_split(tf.cast(seed, tf.int64), 2)
+    if crop == "inception":
+        begin, crop_size, _ = tf.image.stateless_sample_distorted_bounding_box(
+            tf.shape(image),
+            tf.zeros([0, 0, 4], tf.float32),
+            seed=seeds[0],
+            area_range=(crop_min_area, 1.0),
+            aspect_ratio_range=(3.0 / 4.0, 4.0 / 3.0),
+            min_object_covered=0.0,
+            max_attempts=10,
+            use_image_if_no_bounding_boxes=True,
+        )
+        image = tf.slice(image, begin, crop_size)
+    image = tf.image.resize(image, size, method="bilinear")
+    if flip:
+        image = tf.image.stateless_random_flip_left_right(image, seeds[1])
+    image.set_shape((*size, 3))
+    return image
+
+
+def eval_image(image, size):
+    """Resize to the evaluation resolution (no centre crop), float32 in [0, 255]."""
+    image = tf.image.resize(image, size, method="bilinear")
+    image.set_shape((*size, 3))
+    return image
+
+
+def to_model_range(images):
+    """[0, 255] -> [-1, 1] (x / 127.5 - 1), the preprocessing of the published ViT checkpoints."""
+    return tf.cast(images, tf.float32) / 127.5 - 1.0
+
+
+def pad_eval_batches(ds: tf.data.Dataset, batch_size: int, num_batches: int) -> tf.data.Dataset:
+    """Pads a finite batched eval dataset to exactly `num_batches` full batches of `(images, labels, mask)`.
+
+    Under `tf.distribute`, every replica must run the same number of steps with the same shapes; padded
+    examples carry mask 0 and do not count.
+    """
+
+    def pad(images, labels):
+        n = tf.shape(images)[0]
+        mask = tf.concat([tf.ones([n]), tf.zeros([batch_size - n])], axis=0)
+        images = tf.pad(images, [[0, batch_size - n], [0, 0], [0, 0], [0, 0]])
+        labels = tf.pad(labels, [[0, batch_size - n]])
+        return images, labels, mask
+
+    ds = ds.map(pad)
+    spec = ds.element_spec
+    filler = tf.data.Dataset.from_tensors(
+        tuple(tf.zeros([batch_size, *s.shape[1:]], s.dtype) for s in spec)
+    ).repeat()
+    ds = ds.concatenate(filler).take(num_batches)
+
+    def fix_shapes(images, labels, mask):
+        images.set_shape([batch_size, *spec[0].shape[1:]])
+        labels.set_shape([batch_size])
+        mask.set_shape([batch_size])
+        return images, labels, mask
+
+    return ds.map(fix_shapes).prefetch(tf.data.AUTOTUNE)
+
+
+def eval_batches_per_pipeline(num_examples: int, global_batch_size: int, num_pipelines: int) -> int:
+    """Eval steps so that every pipeline's shard (at most ceil(n / pipelines) examples) is covered."""
+    per_pipeline = math.ceil(num_examples / num_pipelines)
+    return max(1, math.ceil(per_pipeline / (global_batch_size // num_pipelines)))
+
+
+# --- sources -------------------------------------------------------------------------------------------
+
+
+def _identity_decode(image):
+    return image
+
+
+def _digits_source(split: str) -> Source:
+    try:
+        from sklearn.datasets import load_digits
+    except ImportError as error:  # pragma: no cover - depends on the environment
+        raise DatasetNotFoundError(
+            "The embedded digits need scikit-learn: pip install -e '.[demo]' (or pip install scikit-learn)."
+        ) from error
+    digits = load_digits()
+    images = np.round(digits.images * (255.0 / 16.0)).astype(np.uint8)
+    images = np.repeat(images[..., None], 3, axis=-1)
+    order = np.random.default_rng(_DIGITS_SPLIT_SEED).permutation(len(images))
+    num_test = len(images) // 5
+    indices = {"test": order[:num_test], "train": order[num_test:]}
+    if split not in indices:
+        raise ValueError(f"The digits have splits 'train' and 'test'. Received: split={split!r}")
+    index = np.sort(indices[split])
+    elements = tf.data.Dataset.from_tensor_slices((images[index], digits.target[index].astype(np.int32)))
+    return Source(elements, _identity_decode, len(index), 10, tuple(str(i) for i in range(10)))
+
+
+def _decode_file(path):
+    image = tf.io.decode_image(tf.io.read_file(path), channels=3, expand_animations=False)
+    image.set_shape((None, None, 3))
+    return image
+
+
+def _folder_source(root: str, split: str) -> Source:
+    train_dir = os.path.join(root, "train")
+    split_dir = os.path.join(root, split)
+    if not os.path.isdir(train_dir) or not os.path.isdir(split_dir):
+        raise DatasetNotFoundError(
+            f"Expected an image folder with {root}/train/<label>/<image> and {root}/{split}/<label>/<image>. "
+            f"Received: dataset='folder:{root}', split={split!r}"
+        )
+    class_names = tuple(sorted(d for d in os.listdir(train_dir) if os.path.isdir(os.path.join(train_dir, d))))
+    if not class_names:
+        raise DatasetNotFoundError(f"No class folders in {train_dir!r}. Received: dataset='folder:{root}'")
+    paths, labels = [], []
+    for label, class_name in enumerate(class_names):
+        class_dir = os.path.join(split_dir, class_name)
+        if not os.path.isdir(class_dir):
+            continue
+        for file_name in sorted(os.listdir(class_dir)):
+            if file_name.lower().endswith(IMAGE_EXTENSIONS):
+                paths.append(os.path.join(class_dir, file_name))
+                labels.append(label)
+    unknown = sorted(set(os.listdir(split_dir)) - set(class_names))
+    if unknown:
+        raise ValueError(f"Split {split!r} has labels that 'train' lacks. Received: {unknown}")
+    if not paths:
+        raise DatasetNotFoundError(f"No images ({', '.join(IMAGE_EXTENSIONS)}) under {split_dir!r}.")
+    elements = tf.data.Dataset.from_tensor_slices((paths, np.asarray(labels, np.int32)))
+    return Source(elements, _decode_file, len(paths), len(class_names), class_names)
+
+
+def _tfds_builder(name: str, data_dir: str | None):
+    import tensorflow_datasets as tfds
+
+    try:
+        return tfds.builder(name, data_dir=data_dir)
+    except Exception as error:  # tfds raises several types for unknown names
+        raise DatasetNotFoundError(
+            f"Unknown tensorflow-datasets name. Received: dataset={name!r}. Use a name from "
+            "https://www.tensorflow.org/datasets/catalog, 'folder:PATH' or 'digits'."
+        ) from error
+
+
+def _tfds_source(name: str, split: str, data_dir: str | None, download: bool) -> Source:
+    import tensorflow_datasets as tfds
+
+    builder = _tfds_builder(name, data_dir)
+    if download:
+        builder.download_and_prepare()
+    try:
+        elements = builder.as_dataset(
+            split=split,
+            as_supervised=True,
+            shuffle_files=False,
+            decoders={"image": tfds.decode.SkipDecoding()},
+        )
+    except (AssertionError, FileNotFoundError, tf.errors.NotFoundError, tfds.core.registered.DatasetNotFoundError
+            if hasattr(tfds.core.registered, "DatasetNotFoundError") else FileNotFoundError) as error:
+        raise DatasetNotFoundError(
+            f"Dataset {name!r} is not prepared in data_dir={builder.data_dir_root!r}. Prepare it once on a "
+            f"machine with internet access: `python -c \"import tensorflow_datasets as tfds; "
+            f"tfds.builder('{name}', data_dir='DIR').download_and_prepare()\"` (or `tfds build {name} "
+            f"--data_dir=DIR`), then pass --data_dir=DIR; or add --download to let this run fetch it. "
+            f"Some datasets (e.g. imagenet2012) need manual downloads first; see their catalog page."
+        ) from error
+    image_feature = builder.info.features[builder.info.supervised_keys[0]]
+    decode = image_feature.decode_example if isinstance(elements.element_spec[0], tf.TensorSpec) and \
+        elements.element_spec[0].dtype == tf.string else _identity_decode
+
+    def decode_rgb(image):
+        image = decode(image)
+        if image.shape.rank == 3 and image.shape[-1] == 1:
+            image = tf.image.grayscale_to_rgb(image)
+        image.set_shape((None, None, 3))
+        return image
+
+    cardinality = int(elements.cardinality())
+    num_examples = cardinality if cardinality >= 0 else int(builder.info.splits[split].num_examples)
+    label_feature = builder.info.features[builder.info.supervised_keys[1]]
+    elements = elements.map(lambda image, label: (image, tf.cast(label, tf.int32)))
+    return Source(elements, decode_rgb, num_examples, label_feature.num_classes, tuple(label_feature.names))
