@@ -44,7 +44,8 @@ class WeightsEntry:
         sha256: the file's sha256, or None where not known (then the download is not verified).
         image_size: the resolution it was trained or fine-tuned at; the model's default input size.
         classes: classes of its head (21843 for ImageNet-21k, 1000 for ImageNet).
-        representation_size: width of its `pre_logits` layer, None when it has none.
+        representation_size: width of its `pre_logits` layer, None when it has none (for the AugReg
+            files as far as known; the loader always follows the file itself).
         gelu_approximate: True for the tanh GELU of the official Flax code.
         layer_norm_epsilon: LayerNorm epsilon of the source code.
         preprocessing: `"inception"`: images scaled from [0, 255] to [-1, 1] (x / 127.5 - 1).
