@@ -356,3 +356,22 @@ def test_r50_b16_parameter_count_matches_the_official_architecture():
     assert model.get_layer("resnet_stem").output.shape == (None, 14, 14, 1024)
     assert model.get_layer("patch_encoder").position_embedding.shape == (1, 197, 768)
     assert "R50+ViT-B/16" in keras_vit.ViT_R50_B16.__doc__
+
+
+# ---------------------------------------------------------------- loading an official-layout hybrid .npz
+
+@pytest.mark.parametrize("gn_shape_4d", [True, False])
+def test_hybrid_loads_an_official_layout_npz_exactly(images, tmp_path, gn_shape_4d):
+    """A tiny R50+ViT-style file in the released layout (pre-Linen (1, 1, 1, C) GroupNorm vectors, or the
+    Linen (C,) ones), loaded by `weights=path`, reproduces the numpy forward run on the file's arrays."""
+    rng = np.random.default_rng(7)
+    params = random_resnet_params(rng, TINY_STEM["block_units"], TINY_STEM["width"], gn_shape_4d=gn_shape_4d)
+    params.update(random_official_params(rng, image_size=2, patch_size=1, channels=128, hidden=32, layers=2,
+                                         heads=4, mlp=64, classes=5))
+    path = tmp_path / "R50+ViT-tiny.npz"
+    np.savez(path, **params)
+    model = keras_vit.ViT(hybrid=TINY_STEM, weights=str(path), classifier_activation=None)
+    assert model.get_layer("resnet_stem").get_config()["block_units"] == [2, 1, 1]
+    expected = _reference_logits({k: canonical_resnet_array(k, v).astype("float64") for k, v in params.items()},
+                                 images)
+    np.testing.assert_allclose(model.predict(images, verbose=0), expected, rtol=1e-4, atol=1e-4)
