@@ -144,3 +144,25 @@ def test_vit_model_saved_by_transformers():
     assert rel_err(tokens, expected["hf_model_hidden"]) < 1e-5
     p = checkpoint.params
     assert rel_err(np.tanh(tokens[:, 0] @ p["pre_logits/kernel"] + p["pre_logits/bias"]), expected["hf_model_pooled"]) < 1e-5
+
+
+@pytest.mark.parametrize("name", ["hf_gelu", "hf_gelu_tanh"])
+def test_keras_model_reproduces_transformers_logits(name):
+    import keras_vit
+
+    expected = np.load(GOLDEN / "expected.npz")
+    model = keras_vit.ViT(weights=str(GOLDEN / name), classifier_activation=None)
+    # float32 Keras vs float32 torch: ~5e-7 measured; the wrong GELU form alone gives 7e-5 to 1e-4 here.
+    assert rel_err(model.predict(expected["images"], verbose=0), expected[name]) < 2e-5
+
+
+def test_keras_model_loads_hf_file_with_config_beside(tmp_path, images):
+    import keras_vit
+
+    config = hf_config(hidden_act="gelu_new", layer_norm_eps=1e-5)
+    tensors = random_hf_tensors(np.random.default_rng(9), config)
+    folder = write_hf_folder(tmp_path / "vit", config, tensors)
+    model = keras_vit.ViT(weights=str(folder / "model.safetensors"), classifier_activation=None)
+    assert rel_err(model.predict(images, verbose=0), hf_forward(tensors, config, images)[2]) < 1e-4
+    tokens = keras_vit.ViT(weights=str(folder), include_top=False).predict(images, verbose=0)
+    assert rel_err(tokens, hf_forward(tensors, config, images)[0]) < 1e-4
