@@ -239,6 +239,20 @@ def test_logits_head_serves_logits_and_softmax_scores(tmp_path):
     assert [label.decode() for label in out["labels"].numpy()[0]] == [f"class_{i}" for i in out["classes"][0]]
 
 
+def test_imagenet_head_gets_the_package_class_names(tmp_path):
+    preprocessing = pytest.importorskip("keras_vit.preprocessing")
+    if not hasattr(preprocessing, "class_names"):
+        pytest.skip("keras_vit.preprocessing.class_names is not there yet")
+    path = export_saved_model(tiny_vit(num_layers=1, classes=1000), tmp_path / "in1k")
+    with open(os.path.join(path, "assets", "labels.txt"), encoding="utf-8") as file:
+        labels = file.read().split("\n")[:-1]
+    assert labels == preprocessing.class_names(1000)
+    assert labels[207] == "golden_retriever"
+    png = encode(random_image((9, 9, 3), 0), "PNG")
+    out = tf.saved_model.load(path).signatures["serving_default"](images=tf.constant([png]))
+    assert [label.decode() for label in out["labels"].numpy()[0]] == [labels[i] for i in out["classes"].numpy()[0]]
+
+
 def test_model_with_its_own_preprocessing_is_not_scaled_twice(tmp_path):
     model = tiny_vit(include_preprocessing=True)
     served = tf.saved_model.load(export_saved_model(model, tmp_path / "pre"))

@@ -64,6 +64,7 @@ def test_variant_with_random_weights(tmp_path):
     [
         (["--model", "vit_z99"], "--model must be one of"),
         (["--model", "missing.keras"], "does not exist"),
+        (["--model", "vit_b16"], "--weights is required"),
     ],
 )
 def test_bad_flags_exit_2_with_a_message(tmp_path, capsys, args, message):

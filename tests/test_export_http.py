@@ -88,7 +88,8 @@ def test_tf_serving_rest_round_trip(tmp_path):
     base = f"http://127.0.0.1:{port}/v1/models/{model_name}"
     try:
         _wait_ready(base, server, time.monotonic() + 150)
-        images = [encode(random_image((40, 30, 3), 1), "PNG"), tf.io.encode_jpeg(random_image((20, 50, 3), 2)).numpy()]
+        images = [encode(random_image((40, 30, 3), 1), "PNG"),
+                  tf.io.encode_jpeg(random_image((20, 50, 3), 2)).numpy()]
         status, reply = _post(f"{base}:predict", {"instances": [{"b64": base64.b64encode(b).decode()} for b in images]})
         assert status == 200, reply
         expected = tf.saved_model.load(path).signatures["serving_default"](images=tf.constant(images))

@@ -23,7 +23,10 @@ def _parser():
 
     parser = argparse.ArgumentParser(prog="python -m keras_vit.export", description=__doc__.split("\n")[0])
     parser.add_argument("--model", required=True, help="variant name (vit_b16, ...) or a .keras file")
-    parser.add_argument("--weights", default="none", help="none, a .keras file, or what the constructors take")
+    parser.add_argument(
+        "--weights", default=None, help="required with a variant name: none (random), a .keras file, or what the "
+        "constructors take (a published name such as imagenet21k+imagenet2012_224, or a checkpoint file)"
+    )
     parser.add_argument("--export_base", required=True, help="TF Serving model base path")
     parser.add_argument("--version", type=int, default=None, help="default: next free integer")
     parser.add_argument("--format", choices=FORMATS, default="saved_model")
@@ -42,7 +45,7 @@ def build_model(args):
     """The Keras model the flags describe."""
     import keras
 
-    if args.model.endswith(".keras") or args.weights.endswith(".keras"):
+    if args.model.endswith(".keras") or (args.weights or "").endswith(".keras"):
         path = args.model if args.model.endswith(".keras") else args.weights
         if not os.path.exists(path):
             raise ValueError(f"The model file does not exist. Received: {path!r}")
@@ -53,6 +56,11 @@ def build_model(args):
 
     if args.model not in CONSTRUCTORS:
         raise ValueError(f"--model must be one of {', '.join(CONSTRUCTORS)} or a .keras file. Received: {args.model!r}")
+    if args.weights is None:
+        raise ValueError(
+            "--weights is required with a variant name: `none` for random initialisation (never served by "
+            "accident), a .keras file, or what the constructors take"
+        )
     kwargs = {"weights": None if args.weights.lower() == "none" else args.weights}
     if args.image_size:
         kwargs["input_shape"] = (args.image_size, args.image_size, 3)

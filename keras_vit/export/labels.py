@@ -26,9 +26,7 @@ def resolve(labels, classes: int) -> list[str]:
     Raises:
         ValueError: wrong count, or a label holding a line break (the label file has one label a line).
     """
-    if labels is None:
-        return default_labels(classes)
-    labels = [str(label) for label in labels]
+    labels = default_labels(classes) if labels is None else [str(label) for label in labels]
     if len(labels) != classes:
         raise ValueError(
             f"`labels` must hold one label per class ({classes}). Received: {len(labels)} labels"

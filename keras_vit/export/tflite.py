@@ -24,7 +24,8 @@ def float_function(model, spec):
     def forward(images):
         return {spec.output_name: outputs(images)}
 
-    root.forward = tf.function(forward, input_signature=[tf.TensorSpec([None, spec.height, spec.width, 3], tf.float32, name="images")])
+    images = tf.TensorSpec([None, spec.height, spec.width, 3], tf.float32, name="images")
+    root.forward = tf.function(forward, input_signature=[images])
     return root, root.forward.get_concrete_function()
 
 
