@@ -1,10 +1,17 @@
 """`TransformerBlock`: one pre-LN encoder block of the ViT (paper eq. 2-3)."""
 
 import keras
+from keras import ops
 
 from keras_vit.layers.attention import MultiHeadSelfAttention
 from keras_vit.layers.drop_path import DropPath
 from keras_vit.layers.initializers import glorot_uniform
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+def gelu_tanh(x):
+    """The tanh form of GELU (`flax.linen.gelu`), as a named activation for the MLP's first Dense."""
+    return keras.activations.gelu(x, approximate=True)
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -68,6 +75,7 @@ class TransformerBlock(keras.layers.Layer):
         bias_init = keras.initializers.RandomNormal(stddev=1e-6)
         self.mlp_dense_1 = keras.layers.Dense(
             self.mlp_dim,
+            activation=gelu_tanh if self.gelu_approximate else "gelu",
             kernel_initializer=glorot_uniform(width, self.mlp_dim),
             bias_initializer=bias_init,
             name="mlp_dense_1",
@@ -91,11 +99,22 @@ class TransformerBlock(keras.layers.Layer):
         if return_attention_scores:
             y, scores = y
         x = x + self.drop_path(self.dropout(y, training=training), training=training)
-        y = self.mlp_dense_1(self.mlp_norm(x))
-        y = keras.activations.gelu(y, approximate=self.gelu_approximate)
-        y = self.mlp_dense_2(self.dropout(y, training=training))
+        y = self._mlp(self.mlp_norm(x), training)
         x = x + self.drop_path(self.dropout(y, training=training), training=training)
         return (x, scores) if return_attention_scores else x
+
+    def _mlp(self, x, training):
+        """Dense + GELU -> dropout -> Dense, applied to the tokens flattened to (B*T, D).
+
+        Flattening is free and makes each Dense a 2-D matmul; with the GELU as the Dense's own
+        activation, TensorFlow's oneDNN graph fuses matmul, bias and GELU into one kernel (a 3-D input
+        becomes a BatchMatMul that it does not fuse): about 3x faster for this MLP in bfloat16 and
+        1.4x in float32 (benchmarks/README.md).
+        """
+        tokens_shape = ops.shape(x)
+        y = self.mlp_dense_1(ops.reshape(x, (-1, x.shape[-1])))
+        y = self.mlp_dense_2(self.dropout(y, training=training))
+        return ops.reshape(y, tokens_shape)
 
     def compute_output_shape(self, input_shape):
         return input_shape

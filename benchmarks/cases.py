@@ -1,0 +1,107 @@
+"""The benchmark cases as data: what each child process measures.
+
+A case is one model (or matmul) in one framework, task and dtype; a child process runs it for each
+of its batch sizes, smallest first, so its batch-16 peak memory is the process's peak.
+Architectures are paper Table 1 sizes (tests check them against `keras_vit.variants`).
+"""
+
+import dataclasses
+
+# Same keys as keras_vit.ViT's architecture arguments; `classes` sizes the head.
+ARCHS = {
+    "B16": dict(image_size=224, patch_size=16, hidden_size=768, num_layers=12, num_heads=12, mlp_dim=3072, classes=1000),
+    "S16": dict(image_size=224, patch_size=16, hidden_size=384, num_layers=12, num_heads=6, mlp_dim=1536, classes=1000),
+    # --quick: the tests' tiny configuration, seconds per case.
+    "tiny": dict(image_size=32, patch_size=8, hidden_size=32, num_layers=2, num_heads=4, mlp_dim=64, classes=10),
+}
+
+MATMUL_N = {"full": 4096, "quick": 256}
+
+# Which runner runs in which Python: keras_vit and the matmul in this one, peers in `--peers-python`.
+PEER_RUNNERS = ("timm", "keras_hub")
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One benchmark case.
+
+    Attributes:
+        runner: `keras_vit`, `keras_hub`, `timm` or `matmul` (the module `runner_<runner>.py`).
+        task: `infer`, `train`, `serve` (keras_vit's SavedModel signature) or `matmul`.
+        dtype: `float32` or `bfloat16` (mixed_bfloat16 for Keras, CPU autocast for timm).
+        arch: a key of `ARCHS` ("" for the matmul).
+        batches: batch sizes measured in this process, smallest first.
+        jit: compile with XLA (TensorFlow runners only).
+        label: the mode shown in the table, e.g. `XLA` or `eager`.
+    """
+
+    runner: str
+    task: str
+    dtype: str
+    arch: str
+    batches: tuple
+    jit: bool = False
+    label: str = ""
+
+    @property
+    def name(self):
+        parts = [self.runner, self.task, self.arch, self.dtype, self.label]
+        return "/".join(p for p in parts if p)
+
+    @property
+    def is_peer(self):
+        return self.runner in PEER_RUNNERS
+
+
+def _mode(jit):
+    return "XLA" if jit else "graph"
+
+
+# keras_vit's own choice per dtype (see benchmarks/README.md for the measurements behind it):
+# XLA for float32; oneDNN graph mode for bfloat16, where XLA's CPU dot upcasts to float32.
+KERAS_VIT_JIT = {"float32": True, "bfloat16": False}
+
+
+def build_cases(quick=False, peers=(), serving=True):
+    """Every case of a run, in the order each repeat runs them.
+
+    Args:
+        quick: tiny sizes (the `tiny` arch, batches 1 and 4, a 256 matmul) for validation.
+        peers: the peer runners available (`"timm"`, `"keras_hub"`).
+        serving: include the SavedModel serving case.
+    """
+    infer_arch, train_arch = ("tiny", "tiny") if quick else ("B16", "S16")
+    big = 4 if quick else 16
+    infer_batches, train_batches = (1, big), (big,)
+    cases = [
+        Case("matmul", "matmul", "float32", "", (1,), jit=False, label="graph"),
+        Case("matmul", "matmul", "float32", "", (1,), jit=True, label="XLA"),
+        Case("matmul", "matmul", "bfloat16", "", (1,), jit=False, label="graph"),
+        Case("matmul", "matmul", "bfloat16", "", (1,), jit=True, label="XLA"),
+    ]
+    for dtype in ("float32", "bfloat16"):
+        jit = KERAS_VIT_JIT[dtype]
+        cases.append(Case("keras_vit", "infer", dtype, infer_arch, infer_batches, jit=jit, label=_mode(jit)))
+    cases.append(Case("keras_vit", "train", "float32", train_arch, train_batches, jit=True, label="XLA"))
+    if serving:
+        cases.append(Case("keras_vit", "serve", "float32", infer_arch, (big,), jit=True, label="SavedModel"))
+    if "timm" in peers:
+        for dtype in ("float32", "bfloat16"):
+            cases.append(Case("timm", "infer", dtype, infer_arch, infer_batches, label="eager"))
+        cases.append(Case("timm", "train", "float32", train_arch, train_batches, label="eager"))
+    if "keras_hub" in peers:
+        cases.append(Case("keras_hub", "infer", "float32", infer_arch, infer_batches, jit=True, label="XLA"))
+        cases.append(Case("keras_hub", "infer", "bfloat16", infer_arch, infer_batches, jit=False, label="graph"))
+        cases.append(Case("keras_hub", "train", "float32", train_arch, train_batches, jit=True, label="XLA"))
+    return cases
+
+
+def iterations(case, batch, quick):
+    """(warmup, timed) calls for one batch size of a case: enough to settle, few enough for 12 minutes."""
+    if quick:
+        return 1, 2
+    if case.task == "matmul":
+        return 2, 8
+    if case.task == "train":
+        return 2, 4
+    return (2, 8) if batch == 1 else (1, 3)

@@ -1,0 +1,166 @@
+"""Turns the children's raw results into rows, ceilings, peer ratios, goal checks, a table and JSON."""
+
+import statistics
+
+import flops
+from cases import ARCHS, MATMUL_N
+
+
+def _gflop_per_item(case, quick):
+    if case.task == "matmul":
+        return flops.matmul_gflop(MATMUL_N["quick" if quick else "full"])
+    forward = flops.arch_forward_gflop(ARCHS[case.arch])
+    return forward * (flops.TRAIN_FORWARD_MULTIPLE if case.task == "train" else 1.0)
+
+
+def build_rows(cases, results, quick):
+    """One row per (case, batch size): medians over the repeats of each process's median time.
+
+    Args:
+        cases: the `Case`s that ran.
+        results: {case name: [child result dict per repeat]} (failed repeats absent).
+        quick: whether sizes were the --quick ones (for the FLOP counts).
+    """
+    rows = []
+    for case in cases:
+        runs = results.get(case.name, [])
+        for batch in case.batches:
+            per_repeat = [b for run in runs for b in run["batches"] if b["batch"] == batch]
+            row = {
+                "name": case.name, "runner": case.runner, "task": case.task, "dtype": case.dtype,
+                "arch": case.arch, "mode": case.label, "batch": batch, "repeats": len(per_repeat),
+            }
+            if per_repeat:
+                times = [b["median_s"] for b in per_repeat]
+                median = statistics.median(times)
+                gflop_item = _gflop_per_item(case, quick)
+                row.update(
+                    per_repeat_s=times,
+                    median_s=median,
+                    spread=(max(times) - min(times)) / median,
+                    items_per_s=batch / median,
+                    gflop_per_item=gflop_item,
+                    gflops=gflop_item * batch / median,
+                    peak_rss_mb=statistics.median(b["peak_rss_mb"] for b in per_repeat),
+                    extra=runs[-1].get("extra", {}),
+                )
+            rows.append(row)
+    ceilings = {}
+    for row in rows:
+        if row["task"] == "matmul" and "gflops" in row:
+            ceilings[row["dtype"]] = max(ceilings.get(row["dtype"], 0.0), row["gflops"])
+    for row in rows:
+        if row["task"] != "matmul" and "gflops" in row and row["dtype"] in ceilings:
+            row["ceiling_share"] = row["gflops"] / ceilings[row["dtype"]]
+    return rows, ceilings
+
+
+def _find(rows, **keys):
+    return [r for r in rows if "items_per_s" in r and all(r[k] == v for k, v in keys.items())]
+
+
+def peer_ratios(rows):
+    """keras_vit's throughput over each peer's (and the SavedModel's over the Keras call), same work."""
+    ratios = []
+    for ours in _find(rows, runner="keras_vit"):
+        if ours["task"] == "serve":
+            for keras_call in _find(rows, runner="keras_vit", task="infer", dtype=ours["dtype"], batch=ours["batch"]):
+                ratios.append(_ratio("SavedModel serving / keras_vit call", ours, keras_call))
+            continue
+        for peer in _find(rows, task=ours["task"], arch=ours["arch"], dtype=ours["dtype"], batch=ours["batch"]):
+            if peer["runner"] != "keras_vit":
+                ratios.append(_ratio(f"keras_vit / {peer['runner']}", ours, peer))
+    return ratios
+
+
+def _ratio(what, a, b):
+    return {
+        "what": what, "task": a["task"], "dtype": a["dtype"], "batch": a["batch"],
+        "a": a["name"], "b": b["name"], "ratio": a["items_per_s"] / b["items_per_s"],
+    }
+
+
+def _goal(text, value, target, higher_is_better=True):
+    met = None if value is None else (value >= target if higher_is_better else value <= target)
+    return {"goal": text, "value": value, "target": target, "met": met}
+
+
+def goals(rows, ceilings, big_batch):
+    """The issue's targets, computed from this run's rows (None where a peer or ceiling is missing)."""
+
+    def one(**keys):
+        found = _find(rows, **keys)
+        return found[0] if found else None
+
+    def best(found):
+        return max(found, key=lambda r: r["items_per_s"]) if found else None
+
+    out = []
+    ours32 = one(runner="keras_vit", task="infer", dtype="float32", batch=big_batch)
+    peers32 = [r for r in _find(rows, task="infer", dtype="float32", batch=big_batch) if r["runner"] != "keras_vit"]
+    if ours32:
+        peer = best(peers32)
+        out.append(_goal(f"float32 batch {big_batch}: >= 1.1x fastest peer",
+                         peer and ours32["items_per_s"] / peer["items_per_s"], 1.1))
+        out.append(_goal(f"float32 batch {big_batch}: >= 90% of float32 matmul ceiling",
+                         ours32.get("ceiling_share"), 0.9))
+        lean = min(peers32, key=lambda r: r["peak_rss_mb"]) if peers32 else None
+        out.append(_goal(f"float32 batch {big_batch} peak RSS <= leanest peer's (ratio)",
+                         lean and ours32["peak_rss_mb"] / lean["peak_rss_mb"], 1.0, higher_is_better=False))
+    ours1 = one(runner="keras_vit", task="infer", dtype="float32", batch=1)
+    if ours1 and "float32" in ceilings:
+        ideal = ours1["gflop_per_item"] / ceilings["float32"]
+        out.append(_goal("float32 batch 1 latency <= 1.1x ceiling time (ratio)", ours1["median_s"] / ideal, 1.1,
+                         higher_is_better=False))
+    ours16 = one(runner="keras_vit", task="infer", dtype="bfloat16", batch=big_batch)
+    if ours16:
+        timm16 = one(runner="timm", task="infer", dtype="bfloat16", batch=big_batch)
+        out.append(_goal(f"bfloat16 batch {big_batch}: >= 1.3x timm bf16",
+                         timm16 and ours16["items_per_s"] / timm16["items_per_s"], 1.3))
+        out.append(_goal(f"bfloat16 batch {big_batch}: >= 80% of bf16 matmul ceiling",
+                         ours16.get("ceiling_share"), 0.8))
+        out.append(_goal("bfloat16 logits within 2e-2 relative (L2) of float32",
+                         ours16["extra"].get("logits_rel_l2_vs_float32"), 2e-2, higher_is_better=False))
+    train = one(runner="keras_vit", task="train", dtype="float32")
+    if train:
+        peer = best([r for r in _find(rows, task="train", dtype="float32") if r["runner"] != "keras_vit"])
+        out.append(_goal("training: >= 1.1x best peer", peer and train["items_per_s"] / peer["items_per_s"], 1.1))
+    return out
+
+
+def _fmt(value, spec, missing="-"):
+    return missing if value is None else format(value, spec)
+
+
+def table(rows, ceilings, ratios, goal_rows):
+    """The human-readable report: one table, then ratios and goals."""
+    header = (f"{'case':42} {'batch':>5} {'ms/iter':>9} {'spread':>6} {'items/s':>8} {'GFLOP/s':>8} "
+              f"{'%ceil':>6} {'peakMiB':>8}")
+    lines = [header, "-" * len(header)]
+    for r in rows:
+        if "median_s" not in r:
+            lines.append(f"{r['name']:42} {r['batch']:>5} FAILED (no successful repeat)")
+            continue
+        share = r.get("ceiling_share")
+        lines.append(
+            f"{r['name']:42} {r['batch']:>5} {r['median_s'] * 1e3:9.1f} {r['spread'] * 100:5.0f}% "
+            f"{r['items_per_s']:8.2f} {r['gflops']:8.0f} {_fmt(share and share * 100, '5.0f'):>5}% "
+            f"{r['peak_rss_mb']:8.0f}"
+        )
+    lines.append("")
+    lines.append("ceilings (GFLOP/s): " + ", ".join(f"{k} {v:.0f}" for k, v in sorted(ceilings.items())))
+    if ratios:
+        lines.append("ratios (throughput, same work; >1 means the first is faster):")
+        for q in ratios:
+            lines.append(f"  {q['what']:38} {q['task']:6} {q['dtype']:9} batch {q['batch']:>3}: {q['ratio']:.2f}x")
+    if goal_rows:
+        lines.append("goals (issue 7):")
+        for g in goal_rows:
+            status = {True: "MET", False: "MISSED", None: "n/a"}[g["met"]]
+            lines.append(f"  {status:6} {g['goal']}: {_fmt(g['value'], '.3f')} (target {g['target']})")
+    for r in rows:
+        extra = {k: v for k, v in r.get("extra", {}).items() if k != "path"}
+        if extra and r["batch"] != 1:
+            lines.append(f"  {r['name']}: " + ", ".join(f"{k}={_fmt(v, '.2e') if isinstance(v, float) else v}"
+                                                      for k, v in extra.items()))
+    return "\n".join(lines)

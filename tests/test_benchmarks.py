@@ -1,0 +1,120 @@
+"""The benchmark harness (benchmarks/run.py): it runs, and its table and JSON carry every field.
+
+No timing assertions: figures depend on the machine. The FLOP counts and the ratio/goal arithmetic are
+checked against hand-computed values and the published GMAC counts of REFERENCE.md.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "benchmarks"))
+
+import cases  # noqa: E402
+import flops  # noqa: E402
+import report  # noqa: E402
+
+
+@pytest.mark.parametrize(
+    "width, gmacs",
+    [((192, 768), 1.26), ((384, 1536), 4.61), ((768, 3072), 17.58)],  # Ti/16, S/16, B/16 at 224
+)
+def test_forward_flops_match_published_gmacs(width, gmacs):
+    hidden, mlp = width
+    assert flops.vit_forward_gflop(224, 16, hidden, 12, mlp, 1000) / 2 == pytest.approx(gmacs, rel=6e-3)
+
+
+def test_matmul_flops():
+    assert flops.matmul_gflop(4096) == pytest.approx(2 * 4096**3 / 1e9)
+
+
+def test_benchmark_architectures_are_the_variant_table():
+    from keras_vit.variants import get_variant
+
+    for name in ("B16", "S16"):
+        variant, arch = get_variant(name), cases.ARCHS[name]
+        assert (arch["patch_size"], arch["hidden_size"], arch["num_layers"], arch["num_heads"], arch["mlp_dim"]) == (
+            variant.patch_size, variant.hidden_size, variant.num_layers, variant.num_heads, variant.mlp_dim)
+
+
+def _row(runner, task, dtype, batch, seconds, rss=1000.0, extra=None, arch="B16"):
+    return {"name": f"{runner}/{task}/{dtype}", "runner": runner, "task": task, "dtype": dtype, "arch": arch,
+            "batch": batch, "median_s": seconds, "items_per_s": batch / seconds, "peak_rss_mb": rss,
+            "gflop_per_item": 35.1, "extra": extra or {}}
+
+
+def test_ratios_and_goals_arithmetic():
+    rows = [
+        _row("keras_vit", "infer", "float32", 16, 1.0, rss=900.0),   # 16 img/s
+        _row("keras_hub", "infer", "float32", 16, 2.0, rss=1200.0),  # 8 img/s
+        _row("timm", "infer", "float32", 16, 4.0, rss=800.0),        # 4 img/s
+        _row("keras_vit", "infer", "float32", 1, 0.1),
+        _row("keras_vit", "infer", "bfloat16", 16, 0.5, extra={"logits_rel_l2_vs_float32": 0.01}),
+        _row("timm", "infer", "bfloat16", 16, 1.0),
+    ]
+    rows[0]["ceiling_share"] = 0.95
+    rows[4]["ceiling_share"] = 0.7
+    ratios = {(r["b"], r["batch"]): r["ratio"] for r in report.peer_ratios(rows)}
+    assert ratios[("keras_hub/infer/float32", 16)] == pytest.approx(2.0)
+    assert ratios[("timm/infer/float32", 16)] == pytest.approx(4.0)
+    assert ratios[("timm/infer/bfloat16", 16)] == pytest.approx(2.0)
+    goals = {g["goal"]: g for g in report.goals(rows, {"float32": 351.0}, big_batch=16)}
+    fastest = goals["float32 batch 16: >= 1.1x fastest peer"]
+    assert fastest["value"] == pytest.approx(2.0) and fastest["met"] is True
+    memory = goals["float32 batch 16 peak RSS <= leanest peer's (ratio)"]
+    assert memory["value"] == pytest.approx(900 / 800) and memory["met"] is False
+    latency = goals["float32 batch 1 latency <= 1.1x ceiling time (ratio)"]
+    assert latency["value"] == pytest.approx(0.1 / (35.1 / 351.0)) and latency["met"] is True
+    assert goals["bfloat16 batch 16: >= 80% of bf16 matmul ceiling"]["met"] is False
+    assert goals["bfloat16 logits within 2e-2 relative (L2) of float32"]["met"] is True
+    assert "training: >= 1.1x best peer" not in goals  # no training row: no goal claimed
+
+
+def _run_quick(tmp_path, *extra):
+    out = tmp_path / "results.json"
+    done = subprocess.run(
+        [sys.executable, os.path.join(REPO, "benchmarks", "run.py"), "--quick", "--json", str(out), *extra],
+        capture_output=True, text=True, timeout=600, cwd=REPO,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout, json.loads(out.read_text())
+
+
+def _check_document(stdout, document, names):
+    assert "ms/iter" in stdout and "peakMiB" in stdout and "ceilings (GFLOP/s)" in stdout
+    assert document["quick"] is True and document["repeats"] == 1
+    assert {"cpu_model", "cores"} <= set(document["machine"])
+    rows = {(r["name"], r["batch"]): r for r in document["rows"]}
+    for name in names:
+        matching = [r for (n, _), r in rows.items() if n == name]
+        assert matching, f"no row for {name}: {sorted(rows)}"
+        for row in matching:
+            assert name in stdout
+            assert row["median_s"] > 0 and row["items_per_s"] > 0 and row["gflops"] > 0
+            assert row["peak_rss_mb"] > 10 and len(row["per_repeat_s"]) == 1
+    assert document["ceilings_gflops"]["float32"] > 0
+
+
+def test_quick_run_emits_table_and_json(tmp_path):
+    stdout, document = _run_quick(
+        tmp_path, "--no-serving", "--only", "matmul/matmul/float32/graph,keras_vit/infer/tiny/float32")
+    _check_document(stdout, document, ["matmul/matmul/float32/graph", "keras_vit/infer/tiny/float32/" +
+                                       cases._mode(cases.KERAS_VIT_JIT["float32"])])
+    infer = [r for r in document["rows"] if r["task"] == "infer"]
+    assert sorted(r["batch"] for r in infer) == [1, 4]
+    assert all(0 < r["ceiling_share"] for r in infer)
+
+
+@pytest.mark.slow
+def test_full_quick_run(tmp_path):
+    """Every keras_vit case (inference in both dtypes, training, SavedModel export and serving)."""
+    stdout, document = _run_quick(tmp_path)
+    names = [c.name for c in cases.build_cases(quick=True)]
+    _check_document(stdout, document, names)
+    bf16 = next(r for r in document["rows"] if r["runner"] == "keras_vit" and r["dtype"] == "bfloat16" and r["batch"] == 4)
+    assert bf16["extra"]["logits_rel_l2_vs_float32"] < 2e-2
+    assert any(q["what"].startswith("SavedModel") for q in document["ratios"])
