@@ -48,6 +48,13 @@ def lossless_images() -> dict:
     }
 
 
+def animated_gif(frames: int, size: int) -> bytes:
+    images = [Image.fromarray(np.full((size, size, 3), 30 * i, np.uint8)) for i in range(frames)]
+    buffer = io.BytesIO()
+    images[0].save(buffer, format="GIF", save_all=True, append_images=images[1:], duration=50, loop=0)
+    return buffer.getvalue()
+
+
 def pil_rgb(encoded: bytes) -> np.ndarray:
     """Decodes with PIL to uint8 RGB (grayscale replicated, alpha dropped: PIL's convert('RGB'))."""
     return np.asarray(Image.open(io.BytesIO(encoded)).convert("RGB"))

@@ -18,6 +18,7 @@ import tensorflow as tf
 import keras_vit
 from export_fixtures import (
     SIZE,
+    animated_gif,
     TINY,
     encode,
     keras_reference,
@@ -168,6 +169,7 @@ def _bad_requests():
         "PNG header claiming 100000 x 100000": (with_huge_png_header(png, 100_000, 100_000), "too large"),
         "PNG over the export's pixel limit": (encode(random_image((80, 80, 3), 4), "PNG"), "too large"),
         "GIF header claiming 65535 x 65535": (gif[:6] + b"\xff\xff\xff\xff" + gif[10:], "too large"),
+        "animated GIF whose frames exceed the limit": (animated_gif(frames=3, size=40), "too large"),
         "JPEG header claiming 65000 x 65000": (jpeg[:sof] + b"\xfd\xe8\xfd\xe8" + jpeg[sof + 4:], "too large"),
     }
 
@@ -184,6 +186,9 @@ def test_bad_encoded_image_is_invalid_argument(loaded, case):
 def test_image_at_the_pixel_limit_is_served(loaded):
     at_limit = encode(random_image((64, 64, 3), 6), "PNG")
     assert loaded.signatures["serving_default"](images=tf.constant([at_limit]))["scores"].shape == (1, TOP_K)
+    # GIF frames are bounded from above (separators + 1): 40x40 with one frame counts 2 x 1600 <= 4096
+    one_frame = animated_gif(frames=1, size=40)
+    assert loaded.signatures["serving_default"](images=tf.constant([one_frame]))["scores"].shape == (1, TOP_K)
 
 
 def test_too_many_images_is_invalid_argument(loaded):
