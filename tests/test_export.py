@@ -117,14 +117,15 @@ def _has_serving_api():
     return True
 
 
-def test_served_without_keras_equals_the_keras_model(exported, tmp_path):
-    """A fresh process with `sys.modules['keras'] = None` serves both signatures; outputs equal Keras'."""
-    model, path = exported
-    encoded = lossless_images()
-    jpeg = tf.io.encode_jpeg(random_image((50, 28, 3), 9)).numpy()
+@pytest.fixture(scope="module")
+def served_without_keras(exported, tmp_path_factory):
+    """(request, outputs) of one fresh process with `sys.modules['keras'] = None` serving the export."""
+    _, path = exported
+    tmp_path = tmp_path_factory.mktemp("fresh")
+    encoded = {**lossless_images(), "jpeg": tf.io.encode_jpeg(random_image((50, 28, 3), 9)).numpy()}
     pixels = np.random.default_rng(3).uniform(0, 255, (3, SIZE, SIZE, 3)).astype(np.float32)
     np.save(tmp_path / "pixels.npy", pixels)
-    request = {"encoded": [base64.b64encode(b).decode() for b in [*encoded.values(), jpeg]],
+    request = {"encoded": [base64.b64encode(b).decode() for b in encoded.values()],
                "pixels": str(tmp_path / "pixels.npy")}
     (tmp_path / "request.json").write_text(json.dumps(request))
     result_path = tmp_path / "result.npz"
@@ -133,13 +134,22 @@ def test_served_without_keras_equals_the_keras_model(exported, tmp_path):
          str(tmp_path / "request.json"), str(result_path)],
         check=True, timeout=300, capture_output=True,
     )
-    result = np.load(result_path)
+    return (encoded, pixels), dict(np.load(result_path))
+
+
+def test_served_without_keras_equals_the_keras_model(exported, served_without_keras):
+    """Both signatures load and serve without Keras; outputs equal the Keras model's to 1e-5."""
+    model, _ = exported
+    (encoded, pixels), result = served_without_keras
     assert json.loads(str(result["keras_modules"])) == []
     assert set(result["signatures"]) == {"serving_default", "predict_images"}
 
     # JPEG: decoded by TensorFlow here too (PIL's libjpeg rounds differently); resize and model are independent.
-    reference_pixels = np.concatenate([_reference_pixels(encoded), resize_bilinear(tf.io.decode_jpeg(jpeg).numpy(),
-                                                                                    SIZE, SIZE)[None]])
+    encoded = dict(encoded)
+    jpeg = encoded.pop("jpeg")
+    reference_pixels = np.concatenate(
+        [_reference_pixels(encoded), resize_bilinear(tf.io.decode_jpeg(jpeg).numpy(), SIZE, SIZE)[None]]
+    )
     probabilities = keras_reference(model, reference_pixels)
     top = np.argsort(-probabilities, axis=1)[:, :TOP_K]
     np.testing.assert_array_equal(result["serving_default/classes"], top)
@@ -148,9 +158,12 @@ def test_served_without_keras_equals_the_keras_model(exported, tmp_path):
     assert result["serving_default/classes"].dtype == np.int32
     np.testing.assert_allclose(result["predict_images/probabilities"], keras_reference(model, pixels), atol=1e-5)
 
+
+def test_warmup_requests_replay_without_keras(served_without_keras):
+    _, result = served_without_keras
     warmup = json.loads(str(result["warmup"]))
     if warmup is None:
-        pytest.skip("tensorflow-serving-api is not installed: no warmup replay (pip install --no-deps ...)")
+        pytest.skip("tensorflow-serving-api is not installed (pip install --no-deps tensorflow-serving-api)")
     assert [name for name, _ in warmup] == ["serving_default", "predict_images"]
     assert warmup[0][1] == {"scores": [2, TOP_K], "classes": [2, TOP_K], "labels": [2, TOP_K]}
     assert warmup[1][1] == {"probabilities": [1, 5]}
