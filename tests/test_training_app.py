@@ -123,3 +123,55 @@ def test_augmentations_and_export_run(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert (tmp_path / "export" / "1" / "saved_model.pb").exists()
     assert "classified 3 test images with the exported model" in result.stdout
+
+
+def test_finetune_recipe_loads_weights_resamples_and_zeroes_the_new_head(tmp_path):
+    sys.path.insert(0, os.path.dirname(__file__))
+    from numpy_reference import random_official_params
+
+    params = random_official_params(np.random.default_rng(0), image_size=8, patch_size=4, hidden=16, layers=1,
+                                    heads=2, mlp=32, classes=5)
+    np.savez(tmp_path / "pretrained.npz", **params)
+    # Warm-up starts at learning rate 0, so one step leaves the loaded weights as they were.
+    result = train(tmp_path / "run", "--recipe=finetune", "--dataset=digits", "--model=tiny", "--image_size=16",
+                   f"--weights={tmp_path / 'pretrained.npz'}", "--steps=1", "--export=false")
+    assert result.returncode == 0, result.stderr[-3000:]
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert (config["optimizer"], config["zero_head"], config["warmup_steps"]) == ("sgd", True, 500)
+    import keras
+
+    import keras_vit  # noqa: F401  (registers the layers)
+
+    model = keras.saving.load_model(tmp_path / "run" / "model.keras")
+    np.testing.assert_array_equal(model.get_layer("encoder_norm").gamma.numpy(),
+                                  params["Transformer/encoder_norm/scale"])
+    head = model.get_layer("head")
+    assert head.kernel.shape == (16, 10) and not np.any(head.kernel.numpy()) and not np.any(head.bias.numpy())
+    position = model.get_layer("patch_encoder").position_embedding.numpy()
+    assert position.shape == (1, 17, 16)  # 2x2 grid at 8 resampled to 4x4 at 16, plus the class token
+    np.testing.assert_array_equal(position[0, 0], params["Transformer/posembed_input/pos_embedding"][0, 0])
+
+
+@pytest.mark.slow
+def test_killed_run_resumes_with_the_same_command(tmp_path):
+    import signal
+    import time
+
+    args = ["--steps=400", "--checkpoint_every=20", "--keep_checkpoints=50", "--export=false"]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
+    cmd = [sys.executable, "-m", "training.train", f"--workdir={tmp_path / 'killed'}", *TINY, *args]
+    process = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 200
+    while not (tmp_path / "killed" / "checkpoints" / "ckpt-40.index").exists() and time.time() < deadline:
+        assert process.poll() is None, "the run ended before it could be killed"
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    saved = max(int(n[5:-6]) for n in os.listdir(tmp_path / "killed" / "checkpoints") if n.endswith(".index"))
+    assert 40 <= saved < 400
+    result = train(tmp_path / "killed", *args)
+    assert result.returncode == 0 and f"at step {saved}" in result.stdout, result.stderr[-3000:]
+    assert train(tmp_path / "full", *args).returncode == 0
+    a, b = weights(tmp_path / "killed" / "model.weights.h5"), weights(tmp_path / "full" / "model.weights.h5")
+    for name in a:
+        np.testing.assert_allclose(a[name], b[name], rtol=0, atol=1e-5, err_msg=name)

@@ -329,10 +329,9 @@ def _tfds_source(name: str, split: str, data_dir: str | None, download: bool) ->
             shuffle_files=False,
             decoders={"image": tfds.decode.SkipDecoding()},
         )
-    except (AssertionError, FileNotFoundError, tf.errors.NotFoundError, tfds.core.registered.DatasetNotFoundError
-            if hasattr(tfds.core.registered, "DatasetNotFoundError") else FileNotFoundError) as error:
+    except (AssertionError, FileNotFoundError, tf.errors.NotFoundError) as error:  # tfds: "not prepared"
         raise DatasetNotFoundError(
-            f"Dataset {name!r} is not prepared in data_dir={builder.data_dir_root!r}. Prepare it once on a "
+            f"Dataset {name!r} is not prepared in data_dir={str(builder.data_dir_root)!r}. Prepare it once on a "
             f"machine with internet access: `python -c \"import tensorflow_datasets as tfds; "
             f"tfds.builder('{name}', data_dir='DIR').download_and_prepare()\"` (or `tfds build {name} "
             f"--data_dir=DIR`), then pass --data_dir=DIR; or add --download to let this run fetch it. "

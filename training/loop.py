@@ -355,7 +355,7 @@ class _Run:
         cfg = self.cfg
         source = data.dataset_source(cfg.dataset, self.eval_split, cfg.data_dir)
         images, labels = [], []
-        for image, label in source.elements.take(cfg.show_predictions):
+        for image, label in source.elements.shuffle(1000, seed=0).take(cfg.show_predictions):
             image = data.eval_image(source.decode(image), (cfg.image_size, cfg.image_size))
             images.append(tf.cast(tf.round(image), tf.uint8).numpy())
             labels.append(int(label))

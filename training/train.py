@@ -17,7 +17,11 @@ A killed run resumes when restarted with the same command. The exit status is 1 
 
 from __future__ import annotations
 
+import os
 import sys
+
+# TensorFlow's C++ INFO/WARNING lines would bury the progress; TF_CPP_MIN_LOG_LEVEL=0 brings them back.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import app, flags, logging
 
