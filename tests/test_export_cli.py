@@ -43,20 +43,24 @@ def test_next_version_and_overwrite(keras_file, tmp_path, capsys):
     assert scores.shape.as_list() == [None, 2]
 
 
+def test_labels_file_and_features_export(keras_file, tmp_path):
+    (tmp_path / "labels.txt").write_text("cat\ndog\nship\ntree\nbird\n", encoding="utf-8")
+    base = str(tmp_path / "tiny")
+    assert main(["--model", keras_file, "--export_base", base, "--labels", str(tmp_path / "labels.txt")]) == 0
+    with open(os.path.join(base, "1", "assets", "labels.txt"), encoding="utf-8") as file:
+        assert file.read() == "cat\ndog\nship\ntree\nbird\n"
+    args = ["--model", "vit_ti16", "--weights", "none", "--image_size", "32", "--pooling", "token"]
+    assert main([*args, "--export_base", str(tmp_path / "features")]) == 0
+    served = tf.saved_model.load(os.path.join(tmp_path, "features", "1"))
+    assert served.signatures["features"](images=tf.zeros([1, 32, 32, 3]))["features"].shape == (1, 192)
+
+
 def test_weights_keras_file_with_a_variant_name(keras_file, tmp_path):
     """`--weights model.keras` loads the trained model itself (here a tiny one, not a ViT-B/16)."""
     base = str(tmp_path / "b16")
     assert main(["--model", "vit_b16", "--weights", keras_file, "--export_base", base]) == 0
     served = tf.saved_model.load(os.path.join(base, "1"))
     assert served.signatures["predict_images"](images=tf.zeros([1, SIZE, SIZE, 3]))["probabilities"].shape == (1, 5)
-
-
-def test_variant_with_random_weights(tmp_path):
-    base = str(tmp_path / "ti16")
-    args = ["--model", "vit_ti16", "--weights", "none", "--image_size", "32", "--classes", "3", "--export_base", base]
-    assert main(args) == 0
-    served = tf.saved_model.load(os.path.join(base, "1"))
-    assert served.signatures["predict_images"](images=tf.zeros([2, 32, 32, 3]))["probabilities"].shape == (2, 3)
 
 
 @pytest.mark.parametrize(

@@ -33,11 +33,14 @@ def _parser():
     parser.add_argument("--overwrite", action="store_true", help="replace an existing version or file")
     parser.add_argument("--top_k", type=int, default=5)
     parser.add_argument("--labels", default=None, help="text file with one label per class, one a line")
-    parser.add_argument("--image_size", type=int, default=None, help="constructor input size (default 224)")
-    parser.add_argument("--classes", type=int, default=None, help="constructor classes (default 1000)")
+    parser.add_argument("--image_size", type=int, default=None, help="constructor input size (default: the constructor's)")
+    parser.add_argument("--classes", type=int, default=None, help="constructor classes (default: the constructor's)")
     parser.add_argument("--pooling", default=None, help="export features: no head, this pooling (token|avg)")
     parser.add_argument("--max_pixels", type=int, default=DEFAULT_MAX_PIXELS)
     parser.add_argument("--max_batch_size", type=int, default=DEFAULT_MAX_BATCH_SIZE)
+    parser.add_argument("--preprocessing", choices=("auto", "vit", "none"), default="auto",
+                        help="auto: scale 0..255 to [-1, 1] unless the model has a `preprocessing` layer")
+    parser.add_argument("--jit_compile", action="store_true", help="XLA-compile the forward pass (SavedModel)")
     return parser
 
 
@@ -88,6 +91,7 @@ def main(argv=None) -> int:
             path = export.export_saved_model(
                 model, args.export_base, version=args.version, top_k=args.top_k, labels=labels,
                 max_pixels=args.max_pixels, max_batch_size=args.max_batch_size, overwrite=args.overwrite,
+                preprocessing=args.preprocessing, jit_compile=args.jit_compile,
             )
             written = [path]
         elif args.format == "tflite":
@@ -95,11 +99,16 @@ def main(argv=None) -> int:
             paths = {q: os.path.join(args.export_base, "tflite", name) for q, name in targets.items()}
             _refuse_existing(paths.values(), args.overwrite)
             model = build_model(args)
-            written = [export.export_tflite(model, p, quantize=q, overwrite=args.overwrite) for q, p in paths.items()]
+            written = [
+                export.export_tflite(model, p, quantize=q, preprocessing=args.preprocessing, overwrite=args.overwrite)
+                for q, p in paths.items()
+            ]
         else:
             path = os.path.join(args.export_base, "onnx", "model.onnx")
             _refuse_existing([path], args.overwrite)
-            written = [export.export_onnx(build_model(args), path, overwrite=args.overwrite)]
+            written = [
+                export.export_onnx(build_model(args), path, preprocessing=args.preprocessing, overwrite=args.overwrite)
+            ]
     except (ValueError, OSError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
