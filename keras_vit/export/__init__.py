@@ -73,6 +73,13 @@ def export_saved_model(
 
     Raises:
         ValueError: a bad argument, a model that cannot be served, or an existing version.
+
+    Example:
+        >>> import keras_vit
+        >>> model = keras_vit.ViT(image_size=32, patch_size=8, hidden_size=32, num_layers=1, num_heads=2,
+        ...                       mlp_dim=64, classes=3)
+        >>> export_saved_model(model, "/tmp/keras_vit_doc/tiny", version=1, overwrite=True)
+        '/tmp/keras_vit_doc/tiny/1'
     """
     import tensorflow as tf
 

@@ -31,7 +31,6 @@ class ModelSpec:
     width: int
     classes: int | None  # None: no head
     activation: str | None  # the head's activation name ("softmax", "linear", ...); None without a head
-    features: int | None  # width of the pooled representation of a model without a head
     scale_inputs: bool  # apply x / 127.5 - 1 in the graph
 
     @property
@@ -70,7 +69,6 @@ def inspect_model(model: keras.Model, preprocessing: str = "auto") -> ModelSpec:
         width=input_shape[2],
         classes=output_shape[1] if has_head else None,
         activation=activation,
-        features=None if has_head else output_shape[1],
         scale_inputs=scale,
     )
 
