@@ -30,9 +30,11 @@ def weights(path):
 
 
 def test_one_device_run_writes_config_checkpoints_metrics_and_a_summary_line(tmp_path):
-    result = train(tmp_path, "--steps=4", "--checkpoint_every=2", "--strategy=one_device", "--export=false")
+    result = train(tmp_path, "--steps=4", "--checkpoint_every=2", "--strategy=one_device", "--export=false",
+                   "--eval_every=2")
     assert result.returncode == 0, result.stderr[-3000:]
     lines = result.stdout.strip().splitlines()
+    assert any(line.startswith("step 2: eval_accuracy=") for line in lines)
     assert lines[-1].startswith("final: eval_accuracy=") and "359 test images after 4 steps" in lines[-1]
     assert any(line.startswith("step 2/4 loss=") and "images_per_sec=" in line for line in lines)
     metrics = json.loads((tmp_path / "metrics.json").read_text())

@@ -236,9 +236,13 @@ class _Run:
             f"[{self.train_split}: {self.num_train} images, {self.num_classes} classes] for {self.total_steps} steps "
             f"of {cfg.global_batch_size} images, {self.replicas} replica(s), {type(self.strategy).__name__}"
         )
-        images_per_sec = float("nan")
+        images_per_sec = None  # nothing left to train: a finished run restarted only evaluates
         if start < self.total_steps:
             images_per_sec = self._train(start)
+        metrics_path = os.path.join(cfg.workdir, "metrics.json")
+        if images_per_sec is None and tf.io.gfile.exists(metrics_path):
+            with tf.io.gfile.GFile(metrics_path) as f:
+                images_per_sec = json.loads(f.read()).get("train_images_per_sec")
         eval_metrics = self.evaluate()
         metrics = dict(eval_metrics, train_images_per_sec=images_per_sec, steps=int(self.step.numpy()),
                        total_steps=self.total_steps, dataset=cfg.dataset, model=self.model.name)
@@ -247,17 +251,17 @@ class _Run:
                 _scalar(key, metrics[key], step=metrics["steps"])
         self.writers["eval"].flush()
         if self.chief:
-            with tf.io.gfile.GFile(os.path.join(cfg.workdir, "metrics.json"), "w") as f:
+            with tf.io.gfile.GFile(metrics_path, "w") as f:
                 f.write(json.dumps(metrics, indent=2, sort_keys=True))
         self._save_and_export(metrics)
         self._print(
             f"final: eval_accuracy={metrics['eval_accuracy']:.4f} eval_loss={metrics['eval_loss']:.4f} "
             f"on {metrics['eval_examples']} {self.eval_split} images after {metrics['steps']} steps, "
-            f"{images_per_sec:.0f} train images/s, workdir {cfg.workdir}"
+            f"{'n/a' if images_per_sec is None else f'{images_per_sec:.0f}'} train images/s, workdir {cfg.workdir}"
         )
         return metrics
 
-    def _train(self, start) -> float:
+    def _train(self, start) -> float | None:
         cfg = self.cfg
         train_step = self._make_train_step()
         iterator = iter(self._train_dataset(start))
@@ -301,7 +305,7 @@ class _Run:
         for writer in self.writers.values():
             writer.flush()
         elapsed = time.perf_counter() - timed_from if timed_from is not None else 0.0
-        return cfg.global_batch_size * timed_steps / elapsed if timed_steps and elapsed > 0 else float("nan")
+        return cfg.global_batch_size * timed_steps / elapsed if timed_steps and elapsed > 0 else None
 
     def _save_and_export(self, metrics):
         """Saves a float32 single-device copy (model.keras), exports it, classifies a few eval images."""
