@@ -115,6 +115,7 @@ def test_mixed_precision_step(tmp_path, precision):
 
     model = keras.saving.load_model(tmp_path / "model.keras")  # the saved copy is float32
     assert all(w.dtype == "float32" for w in model.weights)
+    assert {layer.dtype_policy.name for layer in model.layers} == {"float32"}  # computes in float32 too
 
 
 @pytest.mark.slow

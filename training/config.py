@@ -44,7 +44,7 @@ class Config:
     num_layers: int | None = None
     num_heads: int | None = None
     mlp_dim: int | None = None
-    classifier: str = "token"
+    classifier: str | None = None  # None: the checkpoint's with --weights, else "token"
     representation_size: int | None = None
     head_bias_init: float = 0.0
     dropout_rate: float = 0.0
@@ -264,7 +264,7 @@ def _validate(cfg: Config) -> None:
     choice("mixed_precision", PRECISIONS)
     choice("strategy", STRATEGIES)
     choice("crop", CROPS)
-    choice("classifier", ("token", "gap"))
+    choice("classifier", (None, "token", "gap"))
     if cfg.dataset is None:
         raise ValueError(
             f"Recipe {cfg.recipe!r} needs a dataset: pass --dataset=NAME (a tensorflow-datasets name, "

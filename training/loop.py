@@ -310,14 +310,7 @@ class _Run:
     def _save_and_export(self, metrics):
         """Saves a float32 single-device copy (model.keras), exports it, classifies a few eval images."""
         cfg = self.cfg
-        previous_policy = keras.config.dtype_policy()
-        keras.config.set_dtype_policy("float32")
-        try:
-            plain_cfg = _replace(cfg, weights=None, zero_head=False, head_bias_init=0.0, mixed_precision="none")
-            model = build_model(plain_cfg, self.num_classes)
-            model.set_weights([np.asarray(w, np.float32) for w in self.model.get_weights()])
-        finally:
-            keras.config.set_dtype_policy(previous_policy)
+        model = _float32_copy(self.model)
         if not self.chief:
             os.makedirs(self._worker_dir(), exist_ok=True)
             model.save_weights(self._worker_dir("model.weights.h5"))
@@ -390,10 +383,21 @@ def _softmax(logits):
     return e / e.sum(-1, keepdims=True)
 
 
-def _replace(cfg, **changes):
-    import dataclasses
+def _float32_copy(model):
+    """The same architecture (from its config, so checkpoint-given numerics carry over) in float32, unreplicated."""
 
-    return dataclasses.replace(cfg, **changes)
+    def to_float32(obj):
+        if isinstance(obj, dict):
+            if obj.get("class_name") == "DTypePolicy":
+                return "float32"
+            return {key: to_float32(value) for key, value in obj.items()}
+        if isinstance(obj, list):
+            return [to_float32(value) for value in obj]
+        return obj
+
+    copy = keras.saving.deserialize_keras_object(to_float32(keras.saving.serialize_keras_object(model)))
+    copy.set_weights([np.asarray(w, np.float32) for w in model.get_weights()])
+    return copy
 
 
 class _Progress:
