@@ -102,3 +102,25 @@ def test_flags_give_the_same_config_as_make_config():
     assert cfg == config_lib.make_config(
         "finetune", dataset="cifar10", steps=9, randaugment=(2, 10), grad_clip_norm=None, num_layers=3
     )
+
+
+def test_weight_decay_applies_to_kernels_only():
+    import keras
+    import numpy as np
+
+    from training.model import build_model
+    from training.optim import make_optimizer
+
+    cfg = config_lib.make_config("demo", optimizer="adamw", weight_decay=0.1, learning_rate=0.5, warmup_steps=0,
+                                 schedule="constant", num_layers=1, hidden_size=8, num_heads=2, mlp_dim=16)
+    model = build_model(cfg, num_classes=3)
+    for v in model.trainable_variables:  # non-zero everywhere, so decay would show on every variable
+        v.assign(keras.ops.ones_like(v))
+    optimizer = make_optimizer(cfg, total_steps=10, model=model)
+    optimizer.apply([keras.ops.zeros_like(v) for v in model.trainable_variables], model.trainable_variables)
+    # Zero gradients: Adam's step is 0, so only the decoupled decay moves a weight: w * (1 - lr * wd).
+    for v in model.trainable_variables:
+        expected = 1 - 0.5 * 0.1 if v.path.endswith("kernel") else 1.0
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(v), expected, rtol=1e-6, err_msg=v.path)
+    assert any(v.path.endswith("kernel") for v in model.trainable_variables)
+    assert any(v.path.endswith("position_embedding") for v in model.trainable_variables)
