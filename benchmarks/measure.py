@@ -12,18 +12,25 @@ RESULT_PREFIX = "BENCH_RESULT "
 
 
 def time_calls(fn, warmup, iters):
-    """Calls `fn` `warmup` times untimed, then `iters` times timed; returns the seconds of each.
+    """Calls `fn` `warmup` times untimed, then `iters` times timed; returns the wall seconds of each.
 
-    `fn` must block until its result is computed (e.g. end with `.numpy()`).
+    `fn` must block until its result is computed (e.g. end with `.numpy()`). The process CPU seconds of
+    the timed calls are kept too (`last_cpu_seconds`): on a shared machine they show the work done
+    independently of the time waited for a core.
     """
     for _ in range(warmup):
         fn()
-    seconds = []
+    seconds, cpu = [], []
     for _ in range(iters):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         fn()
         seconds.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - start_cpu)
+    last_cpu_seconds[:] = cpu
     return seconds
+
+
+last_cpu_seconds = []
 
 
 def peak_rss_mb():
@@ -35,7 +42,9 @@ def batch_result(seconds, batch):
     """The per-batch record a child reports: raw times, their median, and peak memory so far."""
     ordered = sorted(seconds)
     median = ordered[len(ordered) // 2] if len(ordered) % 2 else 0.5 * sum(ordered[len(ordered) // 2 - 1:][:2])
-    return {"batch": batch, "seconds": seconds, "median_s": median, "peak_rss_mb": peak_rss_mb()}
+    cpu = sorted(last_cpu_seconds)
+    return {"batch": batch, "seconds": seconds, "median_s": median, "peak_rss_mb": peak_rss_mb(),
+            "median_cpu_s": cpu[len(cpu) // 2] if cpu else None}
 
 
 def emit(result):

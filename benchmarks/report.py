@@ -42,6 +42,7 @@ def build_rows(cases, results, quick):
                     gflop_per_item=gflop_item,
                     gflops=gflop_item * batch / median,
                     peak_rss_mb=statistics.median(b["peak_rss_mb"] for b in per_repeat),
+                    median_cpu_s=statistics.median(b.get("median_cpu_s") or 0.0 for b in per_repeat),
                     extra=runs[-1].get("extra", {}),
                 )
             rows.append(row)
@@ -63,13 +64,16 @@ def peer_ratios(rows):
     """keras_vit's throughput over each peer's (and the SavedModel's over the Keras call), same work."""
     ratios = []
     for ours in _find(rows, runner="keras_vit"):
+        if ours.get("mode", "").endswith("-alt"):
+            continue
         if ours["task"] == "serve":
             for keras_call in _find(rows, runner="keras_vit", task="infer", dtype=ours["dtype"], batch=ours["batch"]):
-                ratios.append(_ratio("SavedModel serving / keras_vit call", ours, keras_call))
+                if not keras_call.get("mode", "").endswith("-alt"):
+                    ratios.append(_ratio("SavedModel serving / keras_vit call", ours, keras_call))
             continue
         for peer in _find(rows, task=ours["task"], arch=ours["arch"], dtype=ours["dtype"], batch=ours["batch"]):
             if peer["runner"] != "keras_vit":
-                ratios.append(_ratio(f"keras_vit / {peer['runner']}", ours, peer))
+                ratios.append(_ratio(f"keras_vit[{ours.get('mode')}] / {peer['runner']}[{peer.get('mode')}]", ours, peer))
     return ratios
 
 
@@ -87,6 +91,7 @@ def _goal(text, value, target, higher_is_better=True):
 
 def goals(rows, ceilings, big_batch):
     """The issue's targets, computed from this run's rows (None where a peer or ceiling is missing)."""
+    rows = [r for r in rows if not r.get("mode", "").endswith("-alt")]
 
     def one(**keys):
         found = _find(rows, **keys)
@@ -133,9 +138,13 @@ def _fmt(value, spec, missing="-"):
 
 
 def table(rows, ceilings, ratios, goal_rows):
-    """The human-readable report: one table, then ratios and goals."""
+    """The human-readable report: one table, then ratios and goals.
+
+    `cpu/wall` is the process's CPU seconds per wall second during the timed calls: about the number of
+    cores a case kept busy (2 at most here); well below that on an idle machine means waiting.
+    """
     header = (f"{'case':42} {'batch':>5} {'ms/iter':>9} {'spread':>6} {'items/s':>8} {'GFLOP/s':>8} "
-              f"{'%ceil':>6} {'peakMiB':>8}")
+              f"{'%ceil':>6} {'peakMiB':>8} {'cpu/wall':>8}")
     lines = [header, "-" * len(header)]
     for r in rows:
         if "median_s" not in r:
@@ -145,7 +154,7 @@ def table(rows, ceilings, ratios, goal_rows):
         lines.append(
             f"{r['name']:42} {r['batch']:>5} {r['median_s'] * 1e3:9.1f} {r['spread'] * 100:5.0f}% "
             f"{r['items_per_s']:8.2f} {r['gflops']:8.0f} {_fmt(share and share * 100, '5.0f'):>5}% "
-            f"{r['peak_rss_mb']:8.0f}"
+            f"{r['peak_rss_mb']:8.0f} {r['median_cpu_s'] / r['median_s']:8.2f}"
         )
     lines.append("")
     lines.append("ceilings (GFLOP/s): " + ", ".join(f"{k} {v:.0f}" for k, v in sorted(ceilings.items())))

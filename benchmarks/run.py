@@ -42,6 +42,8 @@ def parse_args(argv=None):
                         help="python of an environment with timm and/or keras-hub; peers are skipped without it")
     parser.add_argument("--only", default="", help="comma-separated substrings; run only cases whose name has one")
     parser.add_argument("--no-serving", action="store_true", help="skip the SavedModel export and serving case")
+    parser.add_argument("--alt-modes", action="store_true",
+                        help="also run keras_vit inference in its other mode (graph vs XLA) to check the choice")
     parser.add_argument("--json", default=None, help="write the full results here")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds allowed to one child process")
     args = parser.parse_args(argv)
@@ -123,7 +125,8 @@ def main(argv=None):
     args = parse_args(argv)
     peers = available_peers(args.peers_python)
     selected = [
-        c for c in cases_lib.build_cases(quick=args.quick, peers=peers, serving=not args.no_serving)
+        c for c in cases_lib.build_cases(quick=args.quick, peers=peers, serving=not args.no_serving,
+                                  alt_modes=args.alt_modes)
         if not args.only or any(s in c.name for s in args.only.split(","))
     ]
     if not selected:
