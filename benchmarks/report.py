@@ -173,3 +173,26 @@ def table(rows, ceilings, ratios, goal_rows):
             lines.append(f"  {r['name']}: " + ", ".join(f"{k}={_fmt(v, '.2e') if isinstance(v, float) else v}"
                                                       for k, v in extra.items()))
     return "\n".join(lines)
+
+
+def markdown(document, text):
+    """RESULTS.md: when, where and how the table was made, then the table itself."""
+    machine = document["machine"]
+    load = ", ".join(f"{a:.2f}" for a in machine["load_average_at_start"])
+    load_end = ", ".join(f"{a:.2f}" for a in machine["load_average_at_end"])
+    return "\n".join([
+        "# Benchmark results",
+        "",
+        f"- date: {document['date']} (took {document['elapsed_s'] / 60:.1f} min)",
+        f"- machine: {machine['cpu_model']}, {machine['cores']} cores, {' '.join(machine.get('isa', []))} "
+        f"({machine['platform']})",
+        f"- load average (1, 5, 15 min) at start: {load}; at end: {load_end}",
+        f"- command: `{document['command']}`",
+        f"- repeats: {document['repeats']} (interleaved, each case in a fresh process); peers: "
+        f"{', '.join(document['peers']) or 'none'}",
+        "",
+        "```text",
+        text,
+        "```",
+        "",
+    ])

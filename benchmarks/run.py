@@ -45,6 +45,8 @@ def parse_args(argv=None):
     parser.add_argument("--alt-modes", action="store_true",
                         help="also run keras_vit inference in its other mode (graph vs XLA) to check the choice")
     parser.add_argument("--json", default=None, help="write the full results here")
+    parser.add_argument("--markdown", default=None,
+                        help="write the table with date, machine and command here (benchmarks/RESULTS.md)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds allowed to one child process")
     args = parser.parse_args(argv)
     if args.repeats is None:
@@ -117,7 +119,13 @@ def machine():
         model = next(line.split(":", 1)[1].strip() for line in lscpu.splitlines() if line.startswith("Model name"))
     except (OSError, StopIteration):
         pass
-    return {"cpu_model": model, "cores": os.cpu_count(), "platform": platform.platform(),
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = set(next(line for line in f if line.startswith("flags")).split(":", 1)[1].split())
+    except (OSError, StopIteration):
+        flags = set()
+    isa = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile") if f in flags]
+    return {"cpu_model": model, "cores": os.cpu_count(), "isa": isa, "platform": platform.platform(),
             "load_average_at_start": os.getloadavg()}
 
 
@@ -160,7 +168,8 @@ def main(argv=None):
     rows, ceilings = report.build_rows(selected, results, args.quick)
     ratios = report.peer_ratios(rows)
     goal_rows = [] if args.quick else report.goals(rows, ceilings, big_batch=16)
-    print(report.table(rows, ceilings, ratios, goal_rows))
+    text = report.table(rows, ceilings, ratios, goal_rows)
+    print(text)
     info["load_average_at_end"] = os.getloadavg()
     document = {
         "date": started.isoformat(timespec="seconds"),
@@ -174,6 +183,9 @@ def main(argv=None):
     if args.json:
         with open(args.json, "w") as f:
             json.dump(document, f, indent=1)
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(report.markdown(document, text))
     return document
 
 

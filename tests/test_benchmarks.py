@@ -75,12 +75,16 @@ def test_ratios_and_goals_arithmetic():
 
 
 def _run_quick(tmp_path, *extra):
-    out = tmp_path / "results.json"
+    out, md = tmp_path / "results.json", tmp_path / "RESULTS.md"
     done = subprocess.run(
-        [sys.executable, os.path.join(REPO, "benchmarks", "run.py"), "--quick", "--json", str(out), *extra],
+        [sys.executable, os.path.join(REPO, "benchmarks", "run.py"), "--quick", "--json", str(out),
+         "--markdown", str(md), *extra],
         capture_output=True, text=True, timeout=600, cwd=REPO,
     )
     assert done.returncode == 0, done.stderr[-3000:]
+    markdown = md.read_text()
+    assert "- command: `benchmarks/run.py --quick" in markdown and "- machine: " in markdown
+    assert done.stdout.strip() in markdown  # the printed table, verbatim
     return done.stdout, json.loads(out.read_text())
 
 
