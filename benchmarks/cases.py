@@ -33,6 +33,7 @@ class Case:
         batches: batch sizes measured in this process, smallest first.
         jit: compile with XLA (TensorFlow runners only).
         label: the mode shown in the table, e.g. `XLA` or `eager`.
+        policy: a Keras dtype policy overriding the dtype's default (`mixed_bfloat16` for bfloat16).
     """
 
     runner: str
@@ -42,6 +43,7 @@ class Case:
     batches: tuple
     jit: bool = False
     label: str = ""
+    policy: str = ""
 
     @property
     def name(self):
@@ -88,6 +90,9 @@ def build_cases(quick=False, peers=(), serving=True, alt_modes=False):
         if alt_modes:
             cases.append(Case("keras_vit", "infer", dtype, infer_arch, infer_batches, jit=not jit,
                               label=_mode(not jit) + "-alt"))
+    # Inference-only option: weights stored in bf16 (policy "bfloat16"), no per-call weight casts.
+    cases.append(Case("keras_vit", "infer", "bfloat16", infer_arch, infer_batches, jit=KERAS_VIT_JIT["bfloat16"],
+                      label=_mode(KERAS_VIT_JIT["bfloat16"]) + "-bf16weights", policy="bfloat16"))
     jit = KERAS_VIT_TRAIN_JIT
     cases.append(Case("keras_vit", "train", "float32", train_arch, train_batches, jit=jit, label=_mode(jit)))
     if alt_modes:

@@ -143,16 +143,17 @@ def table(rows, ceilings, ratios, goal_rows):
     `cpu/wall` is the process's CPU seconds per wall second during the timed calls: about the number of
     cores a case kept busy (2 at most here); well below that on an idle machine means waiting.
     """
-    header = (f"{'case':42} {'batch':>5} {'ms/iter':>9} {'spread':>6} {'items/s':>8} {'GFLOP/s':>8} "
+    width = max([42] + [len(r["name"]) for r in rows])
+    header = (f"{'case':{width}} {'batch':>5} {'ms/iter':>9} {'spread':>6} {'items/s':>8} {'GFLOP/s':>8} "
               f"{'%ceil':>6} {'peakMiB':>8} {'cpu/wall':>8}")
     lines = [header, "-" * len(header)]
     for r in rows:
         if "median_s" not in r:
-            lines.append(f"{r['name']:42} {r['batch']:>5} FAILED (no successful repeat)")
+            lines.append(f"{r['name']:{width}} {r['batch']:>5} FAILED (no successful repeat)")
             continue
         share = r.get("ceiling_share")
         lines.append(
-            f"{r['name']:42} {r['batch']:>5} {r['median_s'] * 1e3:9.1f} {r['spread'] * 100:5.0f}% "
+            f"{r['name']:{width}} {r['batch']:>5} {r['median_s'] * 1e3:9.1f} {r['spread'] * 100:5.0f}% "
             f"{r['items_per_s']:8.2f} {r['gflops']:8.0f} {_fmt(share and share * 100, '5.0f'):>5}% "
             f"{r['peak_rss_mb']:8.0f} {r['median_cpu_s'] / r['median_s']:8.2f}"
         )

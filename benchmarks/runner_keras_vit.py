@@ -15,10 +15,10 @@ import numpy as np
 import measure
 
 
-def _set_policy(dtype):
+def _set_policy(dtype, policy=""):
     import keras
 
-    keras.config.set_dtype_policy("mixed_bfloat16" if dtype == "bfloat16" else "float32")
+    keras.config.set_dtype_policy(policy or ("mixed_bfloat16" if dtype == "bfloat16" else "float32"))
 
 
 def _build(arch, seed=0):
@@ -44,7 +44,7 @@ def _infer(spec):
     import tensorflow as tf
 
     arch = spec["arch"]
-    _set_policy(spec["dtype"])
+    _set_policy(spec["dtype"], spec.get("policy"))
     model = _build(arch)
     forward = tf.function(lambda x: model(x, training=False), jit_compile=spec["jit"])
     batches = []
@@ -67,7 +67,7 @@ def _compare_to_float32(model, arch, forward):
     low = np.asarray(forward(tf.constant(x)), "float64")
     keras.config.set_dtype_policy("float32")
     reference = _build(arch)
-    reference.set_weights(model.get_weights())
+    reference.set_weights([np.asarray(w, "float32") for w in model.get_weights()])
     high = np.asarray(reference(x, training=False), "float64")
     return {
         "logits_rel_l2_vs_float32": float(np.linalg.norm(low - high) / np.linalg.norm(high)),
