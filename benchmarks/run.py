@@ -60,6 +60,8 @@ def available_peers(peers_python):
     """The peer runners importable in `peers_python` (none when it is not given)."""
     if not peers_python:
         return ()
+    if not os.path.isfile(peers_python):
+        raise SystemExit(f"--peers-python must be a Python executable. Received: --peers-python={peers_python!r}")
     found = []
     for runner, module in (("timm", "timm"), ("keras_hub", "keras_hub")):
         probe = subprocess.run([peers_python, "-c", f"import {module}"], capture_output=True,

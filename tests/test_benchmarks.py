@@ -122,3 +122,17 @@ def test_full_quick_run(tmp_path):
     bf16 = next(r for r in document["rows"] if r["runner"] == "keras_vit" and r["dtype"] == "bfloat16" and r["batch"] == 4)
     assert bf16["extra"]["logits_rel_l2_vs_float32"] < 2e-2
     assert any(q["what"].startswith("SavedModel") for q in document["ratios"])
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--repeats", "0"], "--repeats must be at least 1. Received: --repeats=0"),
+        (["--only", "no-such-case"], "No case matches --only='no-such-case'"),
+        (["--peers-python", "/no/such/python"], "Received: --peers-python='/no/such/python'"),
+    ],
+)
+def test_bad_arguments_are_refused_before_running_anything(args, message):
+    done = subprocess.run([sys.executable, os.path.join(REPO, "benchmarks", "run.py"), "--quick", *args],
+                          capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert done.returncode != 0 and message in done.stderr
