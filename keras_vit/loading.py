@@ -71,6 +71,8 @@ def is_path(weights) -> bool:
             "`weights` must be None, a published name or the path to a weights file or folder. "
             f"Received: weights={weights!r}"
         )
+    if weights in weights_table.all_names():
+        return False
     return "/" in weights or os.sep in weights or weights.lower().endswith(_FILE_SUFFIXES) or os.path.exists(weights)
 
 
@@ -450,11 +452,30 @@ def load_weights(model, weights, interpolation: str = "bilinear") -> LoadReport 
     return load_checkpoint(model, read_checkpoint(path), interpolation=interpolation, label=weights)
 
 
+def _check_keras_weights_count(model, path: str) -> None:
+    """`model.load_weights` ignores file tensors the model lacks; refuse a file with more or fewer tensors."""
+    import h5py
+
+    datasets = []
+    try:
+        with h5py.File(path, "r") as file:
+            file.visititems(lambda name, item: datasets.append(name) if isinstance(item, h5py.Dataset) else None)
+    except OSError as error:
+        raise ValueError(f"The weights file is truncated or corrupt. Received: weights={path!r} ({error})") from error
+    if len(datasets) != len(model.weights):
+        raise ValueError(
+            f"The weights file {path!r} does not match the architecture of model {model.name!r}: it holds "
+            f"{len(datasets)} tensors, the model has {len(model.weights)} weights (another depth, head or "
+            "include_top?). Rebuild the model with the architecture the file was saved from."
+        )
+
+
 def _load_keras_weights(model, path: str) -> None:
     if not os.path.exists(path):
         raise ValueError(f"The weights file does not exist. Received: weights={path!r}")
     if not path.endswith(".weights.h5"):
         raise ValueError(f"Keras weights files must end in `.weights.h5`. Received: weights={path!r}")
+    _check_keras_weights_count(model, path)
     before = [np.array(v) for v in model.weights]
     try:
         model.load_weights(path)

@@ -22,7 +22,10 @@ def _model_inputs(input_tensor, shape):
     if input_tensor is None:
         return keras.Input(shape=shape, name="images")
     if not keras.backend.is_keras_tensor(input_tensor):
-        return keras.Input(tensor=input_tensor, shape=shape, name="images")
+        raise ValueError(
+            "`input_tensor` must be a Keras tensor, e.g. `keras.Input(shape=(224, 224, 3))`. "
+            f"Received: input_tensor of type {type(input_tensor).__name__}"
+        )
     return input_tensor
 
 
@@ -80,7 +83,7 @@ def ViT(
             folder or `model.safetensors`, or a Keras `.weights.h5` of the same architecture. Checkpoints are
             loaded strictly (see `keras_vit.loading`); a different input size resamples the position
             embedding (logged).
-        input_tensor: optional Keras tensor (or backend tensor) to use as the image input.
+        input_tensor: optional Keras tensor (`keras.Input(...)` or a layer output) to use as the image input.
         input_shape: (height, width, channels), channels last; overrides `image_size`.
         pooling: with `include_top=False`: None (tokens), `"token"`, `"avg"` or `"max"` (over patch tokens).
         classifier_activation: activation of the head; None for logits.

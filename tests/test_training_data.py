@@ -88,6 +88,17 @@ def test_folder_loader_reads_labels_from_directories_and_finds_the_eval_split(tm
     assert next(iter(train))[0].shape == (4, 8, 8, 3)
 
 
+def test_folder_loader_ignores_stray_files_beside_the_class_folders(tmp_path):
+    _write_folder(tmp_path)
+    (tmp_path / "validation" / ".DS_Store").write_bytes(b"\0")
+    (tmp_path / "validation" / "README.txt").write_text("not a class")
+    _, num_classes = data.make_dataset(f"folder:{tmp_path}", "validation", image_size=8, batch_size=32)
+    assert num_classes == 3
+    (tmp_path / "validation" / "extra_class").mkdir()
+    with pytest.raises(ValueError, match="extra_class"):
+        data.make_dataset(f"folder:{tmp_path}", "validation", image_size=8, batch_size=32)
+
+
 def test_folder_errors_name_the_problem(tmp_path):
     with pytest.raises(data.DatasetNotFoundError, match="train"):
         data.make_dataset(f"folder:{tmp_path}", "test")

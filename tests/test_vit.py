@@ -224,3 +224,27 @@ def test_version():
     cfg = configparser.ConfigParser()
     cfg.read(pathlib.Path(__file__).parents[1] / "setup.cfg")
     assert cfg["metadata"]["version"] == "attr: keras_vit.__version__"
+
+
+def test_weights_h5_with_other_tensor_count_is_refused(tiny, tmp_path):
+    """`model.load_weights` alone would ignore the extra block / head tensors of the file."""
+    path = str(tmp_path / "two_blocks.weights.h5")
+    keras_vit.ViT(**tiny).save_weights(path)
+    with pytest.raises(ValueError, match=r"holds 40 tensors, the model has 24 weights"):
+        keras_vit.ViT(**{**tiny, "num_layers": 1}, weights=path)
+    with pytest.raises(ValueError, match="does not match"):
+        keras_vit.ViT(**tiny, include_top=False, weights=path)
+
+
+def test_input_tensor_must_be_a_keras_tensor(tiny):
+    with pytest.raises(ValueError, match="input_tensor of type ndarray"):
+        keras_vit.ViT(**tiny, input_tensor=np.zeros((1, 32, 32, 3), "float32"))
+
+
+def test_a_local_folder_does_not_shadow_a_published_name(tmp_path, monkeypatch):
+    from keras_vit import loading
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "imagenet21k").mkdir()
+    assert not loading.is_path("imagenet21k")
+    assert loading.is_path("./imagenet21k")

@@ -295,7 +295,7 @@ def _folder_source(root: str, split: str) -> Source:
             if file_name.lower().endswith(IMAGE_EXTENSIONS):
                 paths.append(os.path.join(class_dir, file_name))
                 labels.append(label)
-    unknown = sorted(set(os.listdir(split_dir)) - set(class_names))
+    unknown = sorted({d for d in os.listdir(split_dir) if os.path.isdir(os.path.join(split_dir, d))} - set(class_names))
     if unknown:
         raise ValueError(f"Split {split!r} has labels that 'train' lacks. Received: {unknown}")
     if not paths:
