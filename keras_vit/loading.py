@@ -449,7 +449,11 @@ def load_weights(model, weights, interpolation: str = "bilinear") -> LoadReport 
     if is_keras_weights(weights):
         return _load_keras_weights(model, os.fspath(weights))
     path, _ = resolve_path(weights, _model_variant_key(model))
-    return load_checkpoint(model, read_checkpoint(path), interpolation=interpolation, label=weights)
+    layer_names = {layer.name for layer in model.layers}
+    # timm files do not store the head count: take it from the model being loaded.
+    num_heads = model.get_layer("encoder_block_0").num_heads if "encoder_block_0" in layer_names else None
+    checkpoint = read_checkpoint(path, num_heads=num_heads)
+    return load_checkpoint(model, checkpoint, interpolation=interpolation, label=weights)
 
 
 def _check_keras_weights_count(model, path: str) -> None:

@@ -9,8 +9,10 @@ checkpoint. Batches are formed with the given (per-replica) batch size and prefe
 Determinism and resumption: the training stream is a pure function of `seed` and the element index. The
 split is shuffled with a fixed seed (reshuffled each epoch from that seed), repeated, and every element's
 crop and flip use stateless random ops keyed by `(seed, index)`. Resuming at step `k` skips the first
-`k * batch_size` encoded elements (cheap: before decoding), so the resumed stream equals the uninterrupted
-one. The Keras RandAugment / Mixup / CutMix layers (`training.augment`) draw from their own seeded
+`k * batch_size` elements before decoding, so the resumed stream equals the uninterrupted one. This is
+cheap for the folder and digits sources (the skipped elements are paths or arrays) but for tensorflow-datasets
+sources the skipped records are still read from disk: on very long runs (ImageNet-21k pre-training) a restart
+costs I/O proportional to the progress made (a per-epoch seeded shuffle would let it skip whole epochs). The Keras RandAugment / Mixup / CutMix layers (`training.augment`) draw from their own seeded
 generators, which restart on resume (seeded by `seed` and the resume step), the one part that tf.data
 cannot replay exactly.
 
