@@ -13,8 +13,7 @@ import argparse
 import hashlib
 import sys
 
-_REBUILD_ARGS = ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim", "classes", "classifier",
-                 "representation_size", "gelu_approximate", "layer_norm_epsilon")
+from keras_vit.rebuild import ARGUMENT_ORDER, architecture_of
 
 
 def sha256(path: str) -> str:
@@ -24,33 +23,6 @@ def sha256(path: str) -> str:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
-
-
-def _architecture_of(model) -> dict:
-    """The `keras_vit.ViT` arguments that rebuild `model` (read from its layers by name)."""
-    encoder, block = model.get_layer("patch_encoder"), model.get_layer("encoder_block_0")
-    names = [layer.name for layer in model.layers]
-    head = model.get_layer("head")
-    pre_logits = model.get_layer("pre_logits") if "pre_logits" in names else None
-    patch_size = model.get_layer("patches").patch_size
-    if "resnet_stem" in names:
-        from keras_vit.layers.resnet import stem_stride
-
-        stem = model.get_layer("resnet_stem")
-        patch_size *= stem_stride(stem.block_units)
-    return dict(
-        image_size=tuple(model.input_shape[1:3]),
-        patch_size=patch_size,
-        hidden_size=encoder.hidden_size,
-        num_layers=sum(name.startswith("encoder_block_") for name in names),
-        num_heads=block.num_heads,
-        mlp_dim=block.mlp_dim,
-        classes=head.units,
-        classifier="token" if encoder.use_class_token else "gap",
-        representation_size=pre_logits.units if pre_logits is not None else None,
-        gelu_approximate=block.gelu_approximate,
-        layer_norm_epsilon=block.layer_norm_epsilon,
-    )
 
 
 def convert(source, destination: str, variant: str | None = None, image_size: int | None = None,
@@ -88,8 +60,8 @@ def convert(source, destination: str, variant: str | None = None, image_size: in
 
 def summary(model, source, destination: str, digest: str) -> str:
     """The text the CLI prints."""
-    args = _architecture_of(model)
-    rebuild = ", ".join(f"{k}={args[k]!r}" for k in ("image_size",) + _REBUILD_ARGS)
+    args = architecture_of(model)
+    rebuild = ", ".join(f"{k}={args[k]!r}" for k in ARGUMENT_ORDER if k in args and (k != "hybrid" or args[k]))
     return "\n".join([
         f"source:      {source}",
         f"written:     {destination}",

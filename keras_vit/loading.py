@@ -409,24 +409,10 @@ def _report(model, checkpoint, report: LoadReport, label) -> None:
 
 def _model_variant_key(model) -> str | None:
     """The variant table key of a built keras_vit model, read from its layers' configurations."""
-    blocks = 0
-    while any(layer.name == f"encoder_block_{blocks}" for layer in model.layers):
-        blocks += 1
-    if not blocks:
-        return None
-    block, encoder = model.get_layer("encoder_block_0"), model.get_layer("patch_encoder")
-    names = {layer.name for layer in model.layers}
-    patch = model.get_layer("patches").patch_size
-    args = dict(patch_size=patch, hidden_size=encoder.hidden_size, num_layers=blocks, num_heads=block.num_heads,
-                mlp_dim=block.mlp_dim)
-    if "resnet_stem" in names:
-        from keras_vit.layers.resnet import RESNET_STEMS, stem_stride
+    from keras_vit.rebuild import architecture_of
 
-        stem = model.get_layer("resnet_stem")
-        args["patch_size"] = patch * stem_stride(stem.block_units)
-        found = dict(block_units=tuple(stem.block_units), width=stem.width)
-        args["hybrid"] = next((n for n, s in RESNET_STEMS.items() if _same_stem(n, found)), found)
-    return _variant_key(args)
+    args = architecture_of(model)
+    return None if args is None else _variant_key(args)
 
 
 def load_weights(model, weights, interpolation: str = "bilinear") -> LoadReport | None:

@@ -58,3 +58,26 @@ def test_module_entry_point(checkpoint, tmp_path):
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert "sha256:" in result.stdout and (tmp_path / "m.weights.h5").exists()
+
+
+def test_hybrid_rebuild_call_loads_the_written_file(tmp_path, images, capsys):
+    """An official-layout R50-style hybrid .npz (tiny: 3 stages, width 32): the printed call names the hybrid
+    stem and the stem-stride patch size, and the model it builds loads the written `.weights.h5` exactly."""
+    from test_resnet import random_resnet_params
+
+    rng = np.random.default_rng(3)
+    params = random_resnet_params(rng, (1, 1, 1), 32)
+    params.update(random_official_params(rng, image_size=2, patch_size=1, channels=512, hidden=32, layers=2,
+                                         heads=4, mlp=64, classes=5))
+    source, destination = str(tmp_path / "R50+ViT-tiny.npz"), str(tmp_path / "hybrid.weights.h5")
+    np.savez(source, **params)
+    assert convert.main([source, destination]) == 0
+    line = next(l for l in capsys.readouterr().out.splitlines() if l.startswith("rebuild:"))
+    call = line.split(":", 1)[1].strip()
+    assert call.startswith("keras_vit.ViT(image_size=(32, 32), patch_size=16, hybrid={'block_units': (1, 1, 1), "
+                           "'width': 32}, hidden_size=32, num_layers=2"), call
+    rebuilt = eval(call, {"keras_vit": keras_vit})
+    assert rebuilt.get_layer("resnet_stem").block_units == (1, 1, 1)
+    direct = keras_vit.ViT(weights=source)  # same default softmax as the printed call
+    np.testing.assert_allclose(rebuilt.predict(images, verbose=0), direct.predict(images, verbose=0),
+                               rtol=1e-5, atol=1e-5)
