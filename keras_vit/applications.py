@@ -87,3 +87,43 @@ ViT_R50_B16 = _constructor(VARIANTS["R50_B16"])
 
 CONSTRUCTORS = {v.model_name: globals()[v.constructor_name] for v in VARIANTS.values()}
 """Constructors by lower-case model name (`"vit_b16"`), for the CLIs."""
+
+
+def build_model(model: str, weights=None, **kwargs):
+    """A keras_vit model from a constructor name (`"vit_b16"`) or a `.keras` file: the CLIs' `--model`.
+
+    Args:
+        model: a name of `CONSTRUCTORS` (any case) or a path to an existing `.keras` file (loaded in safe mode).
+        weights: for a name, the constructor's `weights`; for a `.keras` file, optional weights (a checkpoint or
+            `.weights.h5`) loaded into it with `keras_vit.load_weights`.
+        **kwargs: more constructor arguments (`input_shape`, `classes`, `include_top`, `pooling`, ...); a
+            `.keras` file keeps its own architecture and ignores them.
+
+    Returns:
+        A `keras.Model`.
+
+    Raises:
+        ValueError: an unknown name, a missing `.keras` file, or weights that do not fit.
+
+    Example:
+        >>> build_model("vit_ti16", weights=None, input_shape=(32, 32, 3), classes=3).output_shape
+        (None, 3)
+    """
+    import os
+
+    import keras
+
+    if model.lower() in CONSTRUCTORS:
+        return CONSTRUCTORS[model.lower()](weights=weights, **kwargs)
+    if not model.endswith(".keras"):
+        raise ValueError(
+            f"Unknown model. Received: {model!r}. Known: {', '.join(sorted(CONSTRUCTORS))}, or a `.keras` file."
+        )
+    if not os.path.exists(model):
+        raise ValueError(f"The model file does not exist. Received: {model!r}")
+    loaded = keras.saving.load_model(model, safe_mode=True)
+    if weights is not None:
+        from keras_vit import loading
+
+        loading.load_weights(loaded, weights)
+    return loaded

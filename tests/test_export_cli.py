@@ -66,7 +66,7 @@ def test_weights_keras_file_with_a_variant_name(keras_file, tmp_path):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--model", "vit_z99"], "--model must be one of"),
+        (["--model", "vit_z99"], "Unknown model. Received: 'vit_z99'"),
         (["--model", "missing.keras"], "does not exist"),
         (["--model", "vit_b16"], "--weights is required"),
     ],

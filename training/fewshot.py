@@ -16,7 +16,6 @@ Datasets come from `training.data`: `digits` (embedded), `folder:PATH` and prepa
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 import numpy as np
@@ -156,26 +155,13 @@ def representation_model(model):
 
 def load_representation_model(model, weights=None, image_size=224, classifier=None):
     """A representation model from a constructor name (`vit_b16`) or a `.keras` file."""
-    import keras
+    from keras_vit.applications import build_model
 
-    from keras_vit import loading
-    from keras_vit.applications import CONSTRUCTORS
-
-    if model.lower() in CONSTRUCTORS:
-        kwargs = {} if classifier is None else {"classifier": classifier}
-        pooling = "avg" if classifier == "gap" else "token"
-        built = CONSTRUCTORS[model.lower()](
-            include_top=False, pooling=pooling, weights=weights, input_shape=(image_size, image_size, 3), **kwargs
-        )
-        return representation_model(built)
-    if model.endswith(".keras") and os.path.exists(model):
-        loaded = keras.saving.load_model(model)
-        if weights is not None:
-            loading.load_weights(loaded, weights)
-        return representation_model(loaded)
-    raise ValueError(
-        f"`--model` must be one of {sorted(CONSTRUCTORS)} or an existing `.keras` file. Received: model={model!r}"
-    )
+    kwargs = {} if classifier is None else {"classifier": classifier}
+    pooling = "avg" if classifier == "gap" else "token"
+    built = build_model(model, weights, include_top=False, pooling=pooling,
+                        input_shape=(image_size, image_size, 3), **kwargs)
+    return representation_model(built)
 
 
 def representations(model, dataset):

@@ -46,32 +46,24 @@ def _parser():
 
 def build_model(args):
     """The Keras model the flags describe."""
-    import keras
+    from keras_vit import applications
 
     if args.model.endswith(".keras") or (args.weights or "").endswith(".keras"):
-        path = args.model if args.model.endswith(".keras") else args.weights
-        if not os.path.exists(path):
-            raise ValueError(f"The model file does not exist. Received: {path!r}")
-        import keras_vit  # noqa: F401  registers the keras_vit layers for deserialisation
-
-        return keras.saving.load_model(path, safe_mode=True)
-    from keras_vit.applications import CONSTRUCTORS
-
-    if args.model not in CONSTRUCTORS:
-        raise ValueError(f"--model must be one of {', '.join(CONSTRUCTORS)} or a .keras file. Received: {args.model!r}")
-    if args.weights is None:
+        return applications.build_model(args.model if args.model.endswith(".keras") else args.weights)
+    if args.weights is None and args.model.lower() in applications.CONSTRUCTORS:
         raise ValueError(
             "--weights is required with a variant name: `none` for random initialisation (never served by "
             "accident), a .keras file, or what the constructors take"
         )
-    kwargs = {"weights": None if args.weights.lower() == "none" else args.weights}
+    kwargs = {}
     if args.image_size:
         kwargs["input_shape"] = (args.image_size, args.image_size, 3)
     if args.classes:
         kwargs["classes"] = args.classes
     if args.pooling:
         kwargs.update(include_top=False, pooling=args.pooling)
-    return CONSTRUCTORS[args.model](**kwargs)
+    weights = None if (args.weights or "none").lower() == "none" else args.weights
+    return applications.build_model(args.model, weights, **kwargs)
 
 
 def main(argv=None) -> int:

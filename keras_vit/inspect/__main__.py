@@ -26,22 +26,10 @@ def load_model(model, weights=None, image_size=None):
     Returns:
         A `keras.Model`.
     """
-    import keras
+    from keras_vit.applications import build_model
 
-    from keras_vit import loading
-    from keras_vit.applications import CONSTRUCTORS
-
-    if model.lower() in CONSTRUCTORS:
-        shape = None if image_size is None else (image_size, image_size, 3)
-        return CONSTRUCTORS[model.lower()](weights=weights, input_shape=shape)
-    if model.endswith(".keras") and os.path.exists(model):
-        loaded = keras.saving.load_model(model)
-        if weights is not None:
-            loading.load_weights(loaded, weights)
-        return loaded
-    raise ValueError(
-        f"`--model` must be one of {sorted(CONSTRUCTORS)} or an existing `.keras` file. Received: {model!r}"
-    )
+    shape = None if image_size is None else (image_size, image_size, 3)
+    return build_model(model, weights, input_shape=shape)
 
 
 def load_images(paths, size):
