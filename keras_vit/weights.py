@@ -156,7 +156,9 @@ DEFAULT_WEIGHTS = {
 }
 """The default `weights` of each named constructor: its best published checkpoint by upstream ImageNet
 top-1 (AugReg where it exists; ViT-L/32 has only the paper's fine-tune; ViT-H/14 only the raw ImageNet-21k
-pre-training, whose head is zero, so a model built with it gets a new zero-initialised head)."""
+pre-training: `ViT_H14()` loads that file's 21843-class head, all zeros on purpose, with its pre_logits layer,
+and warns that its predictions are meaningless; pass `classes=...` for a new zero-initialised head to fine-tune,
+or `include_top=False` for features)."""
 
 
 def names_for(variant: str) -> list[str]:
