@@ -28,6 +28,7 @@ _DOCSTRING = """Instantiates {hybrid}ViT-{width}/{patch} (paper Table 1: {layers
         A `keras.Model`.
 
     Example:
+        >>> import keras_vit
         >>> model = keras_vit.{constructor}(weights=None)
         >>> model.output_shape
         (None, 1000)
