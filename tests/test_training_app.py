@@ -54,6 +54,9 @@ def test_one_device_run_writes_config_checkpoints_metrics_and_a_summary_line(tmp
     # A different config in the same workdir is refused, naming the field.
     other = train(tmp_path, "--steps=4", "--checkpoint_every=2", "--learning_rate=0.5", "--export=false")
     assert other.returncode != 0 and "learning_rate" in other.stderr
+    # Another checkpoint interval changes nothing computed: the finished run restarts (and only evaluates).
+    again = train(tmp_path, "--steps=4", "--checkpoint_every=3", "--export=false")
+    assert again.returncode == 0 and "after 4 steps" in again.stdout, again.stderr[-3000:]
 
 
 def test_resumed_run_ends_with_the_weights_of_an_uninterrupted_run(tmp_path):

@@ -124,3 +124,18 @@ def test_weight_decay_applies_to_kernels_only():
         np.testing.assert_allclose(keras.ops.convert_to_numpy(v), expected, rtol=1e-6, err_msg=v.path)
     assert any(v.path.endswith("kernel") for v in model.trainable_variables)
     assert any(v.path.endswith("position_embedding") for v in model.trainable_variables)
+
+
+def test_decayed_variables_are_the_matmul_and_conv_kernels_found_by_layer():
+    import keras_vit
+    from training.optim import decayed_variables
+
+    model = keras_vit.ViT(image_size=16, patch_size=4, hidden_size=8, num_layers=2, num_heads=2, mlp_dim=16,
+                          classes=3, hybrid=dict(block_units=(1,), width=8, groups=2))
+    decayed = decayed_variables(model)
+    # Hand count: stem conv_root + one unit's conv1..3 and conv_proj (4); per block query, key, value, out,
+    # mlp_dense_1, mlp_dense_2 (6 x 2); patch projection; head.
+    assert len(decayed) == 1 + 4 + 12 + 1 + 1 == len({id(v) for v in decayed})
+    assert all(v.path.endswith("kernel") for v in decayed)
+    kernels = [v for v in model.trainable_variables if v.path.endswith("kernel")]
+    assert {id(v) for v in kernels} == {id(v) for v in decayed}

@@ -58,6 +58,29 @@ def test_training_stream_is_deterministic_and_resumes_exactly():
     assert not np.array_equal(full[0][0], other_seed[0][0])
 
 
+def test_resume_skips_whole_epochs_without_reading_them():
+    reads = []
+
+    def source():
+        def record(x):
+            reads.append(int(x))
+            return x
+
+        return tf.data.Dataset.range(5).map(lambda x: tf.py_function(record, [x], tf.int64))
+
+    def stream(start_index, count):
+        ds = data._epochs_from(source(), 5, seed=1, shuffle_buffer=5, start_index=start_index)
+        return [(int(i), int(x)) for i, x in ds.take(count)]
+
+    full = stream(0, 15)
+    assert [i for i, _ in full] == list(range(15))  # global indices e * n + i
+    epochs = [[x for _, x in full[e * 5:(e + 1) * 5]] for e in range(3)]
+    assert all(sorted(epoch) == list(range(5)) for epoch in epochs) and epochs[0] != epochs[1]
+    reads.clear()
+    assert stream(12, 3) == full[12:]  # epoch 2, two elements in
+    assert len(reads) == 5  # only epoch 2's records: epochs 0 and 1 are never read (10 more reads otherwise)
+
+
 def test_training_augmentation_crops_and_flips(tmp_path):
     image = tf.constant(np.arange(16 * 16 * 3).reshape(16, 16, 3) % 256, tf.uint8)
     flipped_somewhere = False

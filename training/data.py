@@ -6,15 +6,15 @@ resize to the training resolution, random horizontal flip; evaluation resizes to
 centre crop. Images are then scaled from [0, 255] to [-1, 1], the preprocessing of every published ViT
 checkpoint. Batches are formed with the given (per-replica) batch size and prefetched.
 
-Determinism and resumption: the training stream is a pure function of `seed` and the element index. The
-split is shuffled with a fixed seed (reshuffled each epoch from that seed), repeated, and every element's
-crop and flip use stateless random ops keyed by `(seed, index)`. Resuming at step `k` skips the first
-`k * batch_size` elements before decoding, so the resumed stream equals the uninterrupted one. This is
-cheap for the folder and digits sources (the skipped elements are paths or arrays) but for tensorflow-datasets
-sources the skipped records are still read from disk: on very long runs (ImageNet-21k pre-training) a restart
-costs I/O proportional to the progress made (a per-epoch seeded shuffle would let it skip whole epochs). The Keras RandAugment / Mixup / CutMix layers (`training.augment`) draw from their own seeded
-generators, which restart on resume (seeded by `seed` and the resume step), the one part that tf.data
-cannot replay exactly.
+Determinism and resumption: the training stream is a pure function of `seed` and the element index. Epoch
+`e` is the (sharded) split shuffled with a seed derived from `(seed, e)`, its elements numbered with global
+indices `e * n + i` (n: examples of this pipeline's shard), and every element's crop and flip use stateless
+random ops keyed by `(seed, index)`. Resuming at element `k` starts the stream at epoch `k // n`, whose order
+does not depend on the earlier epochs, so whole epochs are skipped without reading them; only the `k % n`
+elements already consumed in the current epoch are read again (undecoded) and dropped. The resumed stream
+equals the uninterrupted one. The Keras RandAugment / Mixup / CutMix layers (`training.augment`) draw from
+their own seeded generators, which restart on resume (seeded by `seed` and the resume step), the one part
+that tf.data cannot replay exactly.
 
 Sources (`name`):
     * `"digits"`: scikit-learn's 8x8 handwritten digits (1,797 images, 10 classes; install the `demo`
@@ -137,12 +137,14 @@ def make_dataset(
     """
     source = dataset_source(name, split, data_dir, download)
     ds = source.elements
+    num_examples = source.num_examples
     if input_context is not None and input_context.num_input_pipelines > 1:
-        ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+        pipelines, pipeline_id = input_context.num_input_pipelines, input_context.input_pipeline_id
+        ds = ds.shard(pipelines, pipeline_id)
+        num_examples = len(range(pipeline_id, num_examples, pipelines))
     size = (image_size, image_size)
     if training:
-        ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True).repeat()
-        ds = ds.enumerate().skip(start_index)
+        ds = _epochs_from(ds, num_examples, seed, shuffle_buffer, start_index)
 
         def prepare(index, element):
             image, label = element
@@ -172,6 +174,29 @@ def make_dataset(
     options.deterministic = True
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
     return ds.with_options(options).prefetch(tf.data.AUTOTUNE), source.num_classes
+
+
+def _epochs_from(elements, num_examples, seed, shuffle_buffer, start_index):
+    """Endless `(global index, element)` stream from `start_index`: epoch `e` shuffled by a seed from `(seed, e)`.
+
+    Earlier epochs are never built, so a resume reads only the part of its current epoch already consumed.
+    """
+    if num_examples <= 0:
+        raise ValueError(f"The training split has no examples for this input pipeline. Received: {num_examples}")
+    start_epoch, offset = divmod(int(start_index), num_examples)
+    base_seed = tf.constant(seed, tf.int64)
+
+    def epoch(e):
+        epoch_seed = tf.random.stateless_uniform(
+            [], seed=tf.stack([base_seed, e]), minval=None, maxval=None, dtype=tf.int64
+        )
+        # The graph-level seed would join the shuffle seed (and, when it is 0, make tf.data test the tensor
+        # seed in Python); clearing it in this function's graph makes the order depend on `seed` alone.
+        tf.compat.v1.get_default_graph().seed = None
+        shuffled = elements.shuffle(shuffle_buffer, seed=epoch_seed, reshuffle_each_iteration=False)
+        return shuffled.enumerate(start=e * num_examples)
+
+    return tf.data.Dataset.counter(start_epoch).flat_map(epoch).skip(offset)
 
 
 def train_image(image, size, seed, crop="inception", crop_min_area=0.05, flip=True):

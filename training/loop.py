@@ -36,7 +36,7 @@ from training.optim import make_optimizer
 
 # Fields that may change between a run and its resumption (they do not change what is computed).
 RESUMABLE_CHANGES = {"log_every", "show_predictions", "export", "strategy", "tpu", "jit_compile", "eval_every",
-                     "keep_checkpoints", "data_dir", "download", "workdir"}
+                     "checkpoint_every", "keep_checkpoints", "data_dir", "download", "workdir"}
 
 
 class TrainingDiverged(RuntimeError):
@@ -88,6 +88,7 @@ class _Run:
             self.model = build_model(cfg, self.num_classes)
             self.optimizer = make_optimizer(cfg, self.total_steps, self.model)
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
+        self._evaluation = None  # (dataset, steps, eval_step), built by the first `evaluate`
         self.checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer, step=self.step)
         self.checkpoint_dir = os.path.join(cfg.workdir, "checkpoints")
         own_dir = self.checkpoint_dir if self.chief else self._worker_dir("checkpoints")
@@ -219,9 +220,11 @@ class _Run:
     # --- loop ----------------------------------------------------------------------------------------
 
     def evaluate(self) -> dict:
-        dataset, steps = self._eval_dataset()
+        if self._evaluation is None:  # built once: mid-training evaluations reuse the dataset and its tf.function
+            dataset, steps = self._eval_dataset()
+            self._evaluation = dataset, steps, self._make_eval_step()
+        dataset, steps, eval_step = self._evaluation
         iterator = iter(dataset)
-        eval_step = self._make_eval_step()
         totals = np.zeros(3)
         for _ in range(steps):
             totals += [float(x) for x in eval_step(iterator)]
@@ -265,13 +268,12 @@ class _Run:
         cfg = self.cfg
         train_step = self._make_train_step()
         iterator = iter(self._train_dataset(start))
-        progress = _Progress(self.total_steps, start, cfg.log_every, enabled=self.chief)
+        progress = _Progress(self.total_steps, enabled=self.chief)
         timed_from, timed_steps, window_start, window_step = None, 0, time.perf_counter(), start
         for step in range(start + 1, self.total_steps + 1):
             loss = float(train_step(iterator))
             if not math.isfinite(loss):
                 last = tf.train.latest_checkpoint(self.checkpoint_dir)
-                progress.close()
                 raise TrainingDiverged(
                     f"Loss became {loss} at step {step}; stopped without saving. The last good checkpoint is "
                     f"{last or 'none (no checkpoint was written yet)'}. Lower --learning_rate, add warm-up "
@@ -301,7 +303,6 @@ class _Run:
                         _scalar(key, metrics[key], step=step)
                 self._print(f"step {step}: eval_accuracy={metrics['eval_accuracy']:.4f} "
                             f"eval_loss={metrics['eval_loss']:.4f}")
-        progress.close()
         for writer in self.writers.values():
             writer.flush()
         elapsed = time.perf_counter() - timed_from if timed_from is not None else 0.0
@@ -403,7 +404,7 @@ def _float32_copy(model):
 class _Progress:
     """A Keras progress bar on a terminal; one log line per `log_every` steps otherwise."""
 
-    def __init__(self, total, start, log_every, enabled):
+    def __init__(self, total, enabled):
         self.enabled = enabled
         self.interactive = enabled and sys.stdout.isatty()
         self.bar = keras.utils.Progbar(total, stateful_metrics=["loss", "lr", "images_per_sec"]) \
@@ -418,6 +419,3 @@ class _Progress:
         else:
             text = " ".join(f"{k}={v:.4g}" for k, v in values.items())
             print(f"step {step}/{self.total} {text}", flush=True)
-
-    def close(self):
-        pass

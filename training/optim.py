@@ -5,7 +5,8 @@
 * `sgd`: SGD with momentum (fine-tuning: 0.9).
 
 Weight decay applies to kernels only (not biases, LayerNorm scales, class token, position embedding), as
-big_vision's `wd` rule `.*/kernel$`. The schedule is a linear warm-up from 0 to `learning_rate` over
+big_vision's `wd` rule `.*/kernel$`; the kernels are found by layer type (the `kernel` of every Dense,
+EinsumDense and convolution, including the hybrid's `StdConv2D`), not by variable name. The schedule is a linear warm-up from 0 to `learning_rate` over
 `warmup_steps`, then linear decay to 0 or cosine decay to 0 (or constant). Gradient clipping by global norm
 is done by the training loop after the cross-replica sum (Keras' `global_clipnorm` would clip each
 replica's partial gradient). float16 training wraps the optimizer in `LossScaleOptimizer`.
@@ -21,6 +22,11 @@ from __future__ import annotations
 import math
 
 import keras
+
+from keras_vit.layers import StdConv2D
+
+# Layers whose `kernel` weight decays (every matmul / convolution of ViT and its ResNet stem).
+DECAYED_KERNEL_LAYERS = (keras.layers.Dense, keras.layers.EinsumDense, keras.layers.Conv2D, StdConv2D)
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -66,6 +72,12 @@ class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
         return dict(peak=self.peak, total_steps=self.total_steps, warmup_steps=self.warmup_steps, decay=self.decay)
 
 
+def decayed_variables(model: keras.Model) -> list:
+    """The kernels of `model`'s Dense, EinsumDense and convolution layers, found by walking its layers."""
+    return [layer.kernel for layer in model._flatten_layers(include_self=True, recursive=True)
+            if isinstance(layer, DECAYED_KERNEL_LAYERS)]
+
+
 def make_optimizer(cfg, total_steps: int, model: keras.Model) -> keras.optimizers.Optimizer:
     """The optimizer of `cfg` (a `training.config.Config`) for `model`, built on its trainable variables.
 
@@ -82,9 +94,8 @@ def make_optimizer(cfg, total_steps: int, model: keras.Model) -> keras.optimizer
     else:
         optimizer = keras.optimizers.Adam(schedule, beta_1=cfg.beta_1, beta_2=cfg.beta_2, weight_decay=weight_decay)
     if optimizer.weight_decay:
-        optimizer.exclude_from_weight_decay(
-            var_list=[v for v in model.trainable_variables if not v.path.endswith("kernel")]
-        )
+        kernels = {id(v) for v in decayed_variables(model)}
+        optimizer.exclude_from_weight_decay(var_list=[v for v in model.trainable_variables if id(v) not in kernels])
     if cfg.mixed_precision == "float16":
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
     optimizer.build(model.trainable_variables)
