@@ -18,7 +18,7 @@ class DropPath(keras.layers.Layer):
 
     Example:
         >>> import numpy as np
-        >>> DropPath(0.1)(np.ones((2, 3, 4), "float32"), training=False).shape
+        >>> tuple(DropPath(0.1)(np.ones((2, 3, 4), "float32"), training=False).shape)
         (2, 3, 4)
     """
 

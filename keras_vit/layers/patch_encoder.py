@@ -24,7 +24,7 @@ class PatchEncoder(keras.layers.Layer):
 
     Example:
         >>> import numpy as np
-        >>> PatchEncoder(192)(np.zeros((2, 196, 768), "float32")).shape
+        >>> tuple(PatchEncoder(192)(np.zeros((2, 196, 768), "float32")).shape)
         (2, 197, 192)
     """
 

@@ -18,7 +18,7 @@ class Patches(keras.layers.Layer):
 
     Example:
         >>> import numpy as np
-        >>> Patches(16)(np.zeros((2, 224, 224, 3), "float32")).shape
+        >>> tuple(Patches(16)(np.zeros((2, 224, 224, 3), "float32")).shape)
         (2, 196, 768)
     """
 

@@ -21,7 +21,7 @@ class TokenPooling(keras.layers.Layer):
 
     Example:
         >>> import numpy as np
-        >>> TokenPooling("avg", num_prefix_tokens=1)(np.ones((2, 5, 8), "float32")).shape
+        >>> tuple(TokenPooling("avg", num_prefix_tokens=1)(np.ones((2, 5, 8), "float32")).shape)
         (2, 8)
     """
 

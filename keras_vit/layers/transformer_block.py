@@ -35,7 +35,7 @@ class TransformerBlock(keras.layers.Layer):
 
     Example:
         >>> import numpy as np
-        >>> TransformerBlock(num_heads=4, mlp_dim=128)(np.zeros((2, 5, 32), "float32")).shape
+        >>> tuple(TransformerBlock(num_heads=4, mlp_dim=128)(np.zeros((2, 5, 32), "float32")).shape)
         (2, 5, 32)
     """
 
