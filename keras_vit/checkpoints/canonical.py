@@ -26,8 +26,8 @@ class Checkpoint:
     Args:
         params: arrays by official key (`embedding/kernel`, `cls`,
             `Transformer/posembed_input/pos_embedding`, `Transformer/encoderblock_{i}/...`,
-            `Transformer/encoder_norm/...`, optional `pre_logits/...`, `head/...`; hybrid models add
-            `ResNet/...`).
+            `Transformer/encoder_norm/...`, optional `pre_logits/...`, `head/...`; hybrid models add the
+            ResNet stem's top-level `conv_root/...`, `gn_root/...`, `block{s}/unit{u}/...` keys).
         source: where it came from: `"official"`, `"timm"` or `"huggingface"`.
         path: the file or folder it was read from (for messages).
         gelu_approximate: the GELU form the checkpoint was trained with (official Flax: tanh form, True;
