@@ -7,6 +7,7 @@ from harness import assert_layer_round_trip
 from numpy_reference import attention, encoder_block
 
 from keras_vit.layers import DropPath, MultiHeadSelfAttention, PatchEncoder, Patches, TokenPooling, TransformerBlock
+from keras_vit.layers.attention import heads_first_attention
 
 
 def np_(x):
@@ -111,6 +112,41 @@ def test_fused_and_explicit_attention_paths_agree():
     expected, expected_probs = attention(x.astype("float64"), params)
     np.testing.assert_allclose(np_(explicit), expected, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(probs, expected_probs, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("head_dim", [8, 80])  # 80 (ViT-H/14): a scale that is not a power of two
+def test_heads_first_attention_is_keras_dot_product_attention(head_dim):
+    rng = np.random.default_rng(7)
+    q, k, v = (rng.standard_normal((2, 9, 3, head_dim)).astype("float32") for _ in range(3))
+    scale = head_dim**-0.5
+    ours = np_(heads_first_attention(q, k, v, scale))
+    np.testing.assert_allclose(ours, np_(keras.ops.dot_product_attention(q, k, v, scale=scale)), rtol=1e-5, atol=1e-6)
+    logits = np.einsum("btnh,bsnh->bnts", q.astype("float64"), k) * scale
+    probs = np.exp(logits - logits.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    np.testing.assert_allclose(ours, np.einsum("bnts,bsnh->btnh", probs, v), rtol=1e-5, atol=1e-6)
+
+
+def test_the_normal_path_runs_heads_first_attention_on_tensorflow(monkeypatch):
+    import keras_vit.layers.attention as attention_module
+
+    calls = []
+    original = attention_module.heads_first_attention
+    monkeypatch.setattr(attention_module, "heads_first_attention", lambda *a: calls.append(1) or original(*a))
+    MultiHeadSelfAttention(num_heads=4)(np.zeros((2, 5, 32), "float32"))
+    assert len(calls) == (1 if keras.config.backend() == "tensorflow" else 0)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_heads_first_attention_in_half_precision_keeps_its_dtype_and_accuracy(dtype):
+    rng = np.random.default_rng(8)
+    q, k, v = (rng.standard_normal((2, 9, 3, 64)).astype("float32") for _ in range(3))
+    half = [keras.ops.cast(t, dtype) for t in (q, k, v)]
+    out = heads_first_attention(*half, 0.125)
+    assert keras.backend.standardize_dtype(out.dtype) == dtype
+    exact = np_(keras.ops.dot_product_attention(*[keras.ops.cast(t, "float32") for t in half], scale=0.125))
+    error = np.linalg.norm(np_(keras.ops.cast(out, "float32")) - exact) / np.linalg.norm(exact)
+    assert error < 1e-2, error
 
 
 def test_attention_kernels_use_the_official_layout():

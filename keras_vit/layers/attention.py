@@ -6,6 +6,34 @@ from keras import ops
 from keras_vit.layers.initializers import glorot_uniform
 
 
+def heads_first_attention(q, k, v, scale):
+    """softmax(q k^T * scale) v for (B, T, heads, head_dim) inputs, as two batched matmuls over heads.
+
+    The same product as `keras.ops.dot_product_attention(q, k, v, scale=scale)`, arranged for
+    TensorFlow's oneDNN kernels: the scale multiplies q (T x head_dim values per head, not the T x T
+    logits; exact for head_dim 64, where scale is 1/8), the heads move in front so both products are
+    `BatchMatMulV2` (Keras' TensorFlow `dot_product_attention` is an einsum pair), and the softmax runs in
+    the compute dtype except float16 (oneDNN's bfloat16 softmax accumulates in float32; Keras casts the
+    T x T logits to float32 and back). About 1.4x (float32) and 1.7x (bfloat16) faster than Keras' op for
+    ViT-B/16 attention at batch 16 on a Sapphire Rapids CPU; outputs agree to rounding.
+
+    Example:
+        >>> import numpy as np
+        >>> q = k = v = np.ones((2, 5, 4, 8), "float32")
+        >>> tuple(heads_first_attention(q, k, v, 8 ** -0.5).shape)
+        (2, 5, 4, 8)
+    """
+    q = ops.transpose(q * ops.cast(scale, q.dtype), (0, 2, 1, 3))  # (B, heads, T, head_dim)
+    k = ops.transpose(k, (0, 2, 3, 1))  # (B, heads, head_dim, S)
+    v = ops.transpose(v, (0, 2, 1, 3))  # (B, heads, S, head_dim)
+    logits = ops.matmul(q, k)
+    if keras.backend.standardize_dtype(logits.dtype) == "float16":
+        probs = ops.cast(ops.softmax(ops.cast(logits, "float32"), axis=-1), "float16")
+    else:
+        probs = ops.softmax(logits, axis=-1)
+    return ops.transpose(ops.matmul(probs, v), (0, 2, 1, 3))
+
+
 @keras.saving.register_keras_serializable(package="keras_vit")
 class MultiHeadSelfAttention(keras.layers.Layer):
     """Multi-head self-attention, softmax(q k^T / sqrt(head_dim)) v (Vaswani et al.; paper eq. 2-3 / App. A).
@@ -14,9 +42,12 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     `query`, `key`, `value` kernels (D, heads, head_dim) with biases (heads, head_dim); `out` kernel
     (heads, head_dim, D) with bias (D,).
 
-    Two paths share these weights: the normal path calls the fused `keras.ops.dot_product_attention`;
-    the explicit path (softmax in float32, then attention dropout) runs only while training with
-    `attention_dropout_rate > 0` or when the caller asks for the attention probabilities.
+    Two paths share these weights. The normal path calls the fused `keras.ops.dot_product_attention`
+    (cuDNN / flash / SDPA kernels on JAX and PyTorch); on the TensorFlow backend, whose
+    `dot_product_attention` is itself a composite of einsums, it runs `heads_first_attention`, the same
+    product laid out for oneDNN's batched matmuls (benchmarks/README.md). The explicit path (softmax in
+    float32, then attention dropout) runs only while training with `attention_dropout_rate > 0` or when
+    the caller asks for the attention probabilities.
 
     Args:
         num_heads: number of attention heads; must divide the input width D.
@@ -77,6 +108,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             probs = ops.softmax(ops.cast(logits, "float32") * scale, axis=-1)
             dropped = self.dropout(probs, training=training)
             context = ops.einsum("bnts,bsnh->btnh", ops.cast(dropped, v.dtype), v)
+        elif keras.config.backend() == "tensorflow":
+            probs = None
+            context = heads_first_attention(q, k, v, scale)
         else:
             probs = None
             context = ops.dot_product_attention(q, k, v, scale=scale)
