@@ -188,6 +188,10 @@ def markdown(document, text):
         f"- machine: {machine['cpu_model']}, {machine['cores']} cores, {' '.join(machine.get('isa', []))} "
         f"({machine['platform']})",
         f"- load average (1, 5, 15 min) at start: {load}; at end: {load_end}",
+        *([f"- CPU time stolen by the hypervisor during the run: {machine['steal_share']:.1%} of busy + stolen "
+           "(/proc/stat; noise from other tenants of the host)"] if machine.get("steal_share") is not None else []),
+        *([f"- keras_vit ran in `{document['pythons']['keras_vit']}`, peers in `{document['pythons']['peers']}`"]
+          if document.get("pythons") else []),
         f"- command: `{document['command']}`",
         f"- repeats: {document['repeats']} (interleaved, each case in a fresh process); peers: "
         f"{', '.join(document['peers']) or 'none'}",

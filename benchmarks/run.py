@@ -40,6 +40,9 @@ def parse_args(argv=None):
     parser.add_argument("--repeats", type=int, default=None, help="interleaved repeats (default 3; 1 with --quick)")
     parser.add_argument("--peers-python", default=None,
                         help="python of an environment with timm and/or keras-hub; peers are skipped without it")
+    parser.add_argument("--keras-vit-python", default=sys.executable,
+                        help="python that runs keras_vit and the matmul (default: this one); use a lean environment "
+                             "with only keras_vit's runtime dependencies for memory figures (benchmarks/README.md)")
     parser.add_argument("--only", default="", help="comma-separated substrings; run only cases whose name has one")
     parser.add_argument("--no-serving", action="store_true", help="skip the SavedModel export and serving case")
     parser.add_argument("--alt-modes", action="store_true",
@@ -114,6 +117,26 @@ def run_child(spec, python, timeout):
     return None
 
 
+def cpu_jiffies():
+    """(busy, steal) jiffies of all CPUs from /proc/stat, or None off Linux; steal is time the hypervisor
+    gave this VM's vCPUs to someone else, the main source of noise on a shared cloud machine."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(v) for v in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    user, nice, system, idle, iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
+    return user + nice + system + irq + softirq, steal
+
+
+def steal_share(start, end):
+    """Stolen time as a share of busy + stolen time between two `cpu_jiffies()` readings."""
+    if start is None or end is None:
+        return None
+    busy, steal = end[0] - start[0], end[1] - start[1]
+    return steal / (busy + steal) if busy + steal > 0 else 0.0
+
+
 def machine():
     model = platform.processor()
     try:
@@ -144,13 +167,14 @@ def main(argv=None):
     workdir = tempfile.mkdtemp(prefix="keras_vit_bench_")
     started = datetime.datetime.now(datetime.timezone.utc)
     info = machine()
+    jiffies_at_start = cpu_jiffies()
     try:
         saved_model = None
         serve_cases = [c for c in selected if c.task == "serve"]
         if serve_cases:
             saved_model = os.path.join(workdir, "saved_model")
             export = run_child(dict(spec_for(serve_cases[0], args.quick, saved_model), task="export",
-                                    name="keras_vit/export"), sys.executable, args.timeout)
+                                    name="keras_vit/export"), args.keras_vit_python, args.timeout)
             if export is None:
                 selected = [c for c in selected if c.task != "serve"]
             else:
@@ -159,7 +183,7 @@ def main(argv=None):
         results = {c.name: [] for c in selected}
         for repeat in range(args.repeats):
             for case in selected:
-                python = args.peers_python if case.is_peer else sys.executable
+                python = args.peers_python if case.is_peer else args.keras_vit_python
                 result = run_child(spec_for(case, args.quick, saved_model), python, args.timeout)
                 if result is not None:
                     results[case.name].append(result)
@@ -173,6 +197,7 @@ def main(argv=None):
     text = report.table(rows, ceilings, ratios, goal_rows)
     print(text)
     info["load_average_at_end"] = os.getloadavg()
+    info["steal_share"] = steal_share(jiffies_at_start, cpu_jiffies())
     document = {
         "date": started.isoformat(timespec="seconds"),
         "elapsed_s": (datetime.datetime.now(datetime.timezone.utc) - started).total_seconds(),
@@ -180,6 +205,7 @@ def main(argv=None):
         "command": " ".join([os.path.relpath(sys.argv[0], REPO) if argv is None else "benchmarks/run.py"]
                             + (sys.argv[1:] if argv is None else list(argv))),
         "quick": args.quick, "repeats": args.repeats, "peers": list(peers),
+        "pythons": {"keras_vit": args.keras_vit_python, "peers": args.peers_python},
         "rows": rows, "ceilings_gflops": ceilings, "ratios": ratios, "goals": goal_rows,
     }
     if args.json:

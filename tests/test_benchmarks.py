@@ -101,6 +101,17 @@ def _check_document(stdout, document, names):
             assert row["median_s"] > 0 and row["items_per_s"] > 0 and row["gflops"] > 0
             assert row["peak_rss_mb"] > 10 and len(row["per_repeat_s"]) == 1
     assert document["ceilings_gflops"]["float32"] > 0
+    assert document["pythons"]["keras_vit"] == sys.executable and document["pythons"]["peers"] is None
+
+
+def test_steal_share_is_stolen_over_busy_plus_stolen():
+    import run
+
+    assert run.steal_share((100, 10), (400, 110)) == pytest.approx(100 / 400)
+    assert run.steal_share((5, 0), (5, 0)) == 0.0
+    assert run.steal_share(None, (1, 1)) is None
+    busy, steal = run.cpu_jiffies()
+    assert busy > 0 and steal >= 0
 
 
 def test_quick_run_emits_table_and_json(tmp_path):

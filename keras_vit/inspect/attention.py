@@ -1,6 +1,6 @@
 """Per-layer attention probabilities of a keras_vit model, from a second graph over the same layers.
 
-The normal model keeps the fused `keras.ops.dot_product_attention` path and pays nothing; the inspection
+The normal model keeps its fast attention path (no probabilities kept) and pays nothing; the inspection
 graph built here calls the model's own `encoder_block_{i}` layer objects (same weights, no copies) with
 `return_attention_scores=True`, which takes the blocks' explicit softmax path (paper section 4.5).
 """
