@@ -6,6 +6,7 @@ checked against hand-computed values and the published GMAC counts of REFERENCE.
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -147,3 +148,32 @@ def test_bad_arguments_are_refused_before_running_anything(args, message):
     done = subprocess.run([sys.executable, os.path.join(REPO, "benchmarks", "run.py"), "--quick", *args],
                           capture_output=True, text=True, timeout=60, cwd=REPO)
     assert done.returncode != 0 and message in done.stderr
+
+
+def _run_script(name, *args):
+    done = subprocess.run([sys.executable, os.path.join(REPO, "benchmarks", name), *args],
+                          capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def test_profile_ops_lists_kernel_times():
+    out = _run_script("profile_ops.py", "--arch", "tiny", "--batch", "2")
+    ops = {}
+    for line in out.splitlines():
+        match = re.match(r"^  (.+?)\s+([0-9.]+) ms", line)
+        if match:
+            ops[match.group(1)] = float(match.group(2))
+    assert any("MatMul" in op for op in ops), out
+    assert "(all ops)" in ops and "Run" not in ops and "Process" not in ops
+    kernels = sum(ms for op, ms in ops.items() if op != "(all ops)")
+    assert 0 < kernels <= ops["(all ops)"] * 1.001
+
+
+def test_attention_core_benchmark_compares_both_implementations():
+    out = _run_script("attention_core.py", "--batch", "1", "--tokens", "5", "--heads", "2", "--head-dim", "8",
+                      "--repeats", "1", "--iters", "1")
+    assert out.count("speed-up") == 2 and "ops.dot_product_attention" in out and "heads_first_attention" in out
+    differences = [float(line.split("max |difference| ")[1].split()[0]) for line in out.splitlines()
+                   if "max |difference|" in line]
+    assert max(differences) < 5e-2, out

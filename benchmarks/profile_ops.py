@@ -1,0 +1,96 @@
+"""Where keras_vit's forward time goes: per-op-type time of one graph call, from a tf.profiler trace.
+
+Builds the model as the benchmark does (random weights, `tf.function`), warms it up, traces one call and
+sums the traced kernel times per TensorFlow op type (`_MklNativeFusedMatMul`, `_MklBatchMatMulV2`,
+`AddV2`, ...). With `--serial` (the default) ops run one at a time (`inter_op_parallelism_threads=1`),
+so the shares add up to the call's wall time; each op still uses every core.
+
+Usage:
+    python benchmarks/profile_ops.py                          # ViT-B/16, float32, batch 16
+    python benchmarks/profile_ops.py --dtype bfloat16 --batch 1 --top 30
+"""
+
+import argparse
+import collections
+import glob
+import os
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))
+
+import numpy as np  # noqa: E402
+
+import cases  # noqa: E402
+
+
+# Trace events with a colon that are not kernels: the function call, the executor's run and its bookkeeping.
+NOT_KERNELS = {"Run", "Process", "Record", "StartRegion"}
+
+
+def op_times(trace_dir):
+    """{op type: total milliseconds} over the kernel events of a tf.profiler trace directory."""
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    totals = collections.Counter()
+    for path in glob.glob(os.path.join(trace_dir, "**", "*.xplane.pb"), recursive=True):
+        space = xplane_pb2.XSpace()
+        with open(path, "rb") as f:
+            space.ParseFromString(f.read())
+        for plane in space.planes:
+            for line in plane.lines:
+                for event in line.events:
+                    name = plane.event_metadata[event.metadata_id].name
+                    if ":" not in name:  # kernel events are "node_name:OpType"
+                        continue
+                    op = name.rsplit(":", 1)[1].strip()
+                    if op not in NOT_KERNELS and not op.startswith("__inference"):
+                        totals[op] += event.duration_ps / 1e9
+    return totals
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--arch", default="B16", choices=sorted(cases.ARCHS))
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--top", type=int, default=15)
+    parser.add_argument("--parallel", action="store_true", help="keep TensorFlow's default inter-op threads")
+    args = parser.parse_args(argv)
+
+    import keras
+    import tensorflow as tf
+
+    import keras_vit
+
+    if not args.parallel:
+        tf.config.threading.set_inter_op_parallelism_threads(1)
+    keras.config.set_dtype_policy("mixed_bfloat16" if args.dtype == "bfloat16" else "float32")
+    arch = cases.ARCHS[args.arch]
+    model = keras_vit.ViT(classifier_activation=None, **arch)
+    forward = tf.function(lambda x: model(x, training=False))
+    size = arch["image_size"]
+    x = tf.constant(np.random.default_rng(0).uniform(-1, 1, (args.batch, size, size, 3)).astype("float32"))
+    forward(x).numpy()
+    start = time.perf_counter()
+    forward(x).numpy()
+    print(f"{args.arch} {args.dtype} batch {args.batch}: {1000 * (time.perf_counter() - start):.0f} ms per call "
+          f"(untraced)")
+    with tempfile.TemporaryDirectory() as trace_dir:
+        tf.profiler.experimental.start(trace_dir)
+        forward(x).numpy()
+        tf.profiler.experimental.stop()
+        totals = op_times(trace_dir)
+    total = sum(totals.values())
+    for op, ms in totals.most_common(args.top):
+        print(f"  {op:32s} {ms:9.1f} ms {100 * ms / total:5.1f}%")
+    print(f"  {'(all ops)':32s} {total:9.1f} ms")
+
+
+if __name__ == "__main__":
+    main()
