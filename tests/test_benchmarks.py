@@ -167,7 +167,7 @@ def test_profile_ops_lists_kernel_times():
     assert any("MatMul" in op for op in ops), out
     assert "(all ops)" in ops and "Run" not in ops and "Process" not in ops
     kernels = sum(ms for op, ms in ops.items() if op != "(all ops)")
-    assert 0 < kernels <= ops["(all ops)"] * 1.001
+    assert 0 < kernels <= ops["(all ops)"] + 0.05 * len(ops)  # printed rounded to 0.1 ms
 
 
 def test_attention_core_benchmark_compares_both_implementations():

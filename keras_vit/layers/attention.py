@@ -6,16 +6,18 @@ from keras import ops
 from keras_vit.layers.initializers import glorot_uniform
 
 
-def heads_first_attention(q, k, v, scale):
+def heads_first_attention(q, k, v, scale, float32_softmax=False):
     """softmax(q k^T * scale) v for (B, T, heads, head_dim) inputs, as two batched matmuls over heads.
 
     The same product as `keras.ops.dot_product_attention(q, k, v, scale=scale)`, arranged for
     TensorFlow's oneDNN kernels: the scale multiplies q (T x head_dim values per head, not the T x T
     logits; exact for head_dim 64, where scale is 1/8), the heads move in front so both products are
     `BatchMatMulV2` (Keras' TensorFlow `dot_product_attention` is an einsum pair), and the softmax runs in
-    the compute dtype except float16 (oneDNN's bfloat16 softmax accumulates in float32; Keras casts the
-    T x T logits to float32 and back). About 1.4x (float32) and 1.7x (bfloat16) faster than Keras' op for
-    ViT-B/16 attention at batch 16 on a Sapphire Rapids CPU; outputs agree to rounding.
+    the compute dtype (oneDNN's bfloat16 softmax accumulates in float32: outputs are bitwise equal to
+    Keras' op, which casts the T x T logits to float32 and back), or in float32 for float16 inputs and
+    when `float32_softmax` (the layer asks for it while training, so that the softmax gradient is
+    float32 too). 1.45x (float32) and 1.55x (bfloat16) faster than Keras' op for ViT-B/16 attention at
+    batch 16 on a Sapphire Rapids CPU (`benchmarks/attention_core.py`).
 
     Example:
         >>> import numpy as np
@@ -27,8 +29,9 @@ def heads_first_attention(q, k, v, scale):
     k = ops.transpose(k, (0, 2, 3, 1))  # (B, heads, head_dim, S)
     v = ops.transpose(v, (0, 2, 1, 3))  # (B, heads, S, head_dim)
     logits = ops.matmul(q, k)
-    if keras.backend.standardize_dtype(logits.dtype) == "float16":
-        probs = ops.cast(ops.softmax(ops.cast(logits, "float32"), axis=-1), "float16")
+    dtype = keras.backend.standardize_dtype(logits.dtype)
+    if dtype != "float32" and (float32_softmax or dtype == "float16"):
+        probs = ops.cast(ops.softmax(ops.cast(logits, "float32"), axis=-1), dtype)
     else:
         probs = ops.softmax(logits, axis=-1)
     return ops.transpose(ops.matmul(probs, v), (0, 2, 1, 3))
@@ -110,7 +113,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             context = ops.einsum("bnts,bsnh->btnh", ops.cast(dropped, v.dtype), v)
         elif keras.config.backend() == "tensorflow":
             probs = None
-            context = heads_first_attention(q, k, v, scale)
+            context = heads_first_attention(q, k, v, scale, float32_softmax=bool(training))
         else:
             probs = None
             context = ops.dot_product_attention(q, k, v, scale=scale)
