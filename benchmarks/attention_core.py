@@ -33,7 +33,10 @@ def keras_attention(q, k, v, scale):
     return ops.dot_product_attention(q, k, v, scale=scale)
 
 
-IMPLEMENTATIONS = {"keras ops.dot_product_attention": keras_attention, "keras_vit heads_first_attention": heads_first_attention}
+IMPLEMENTATIONS = {
+    "keras ops.dot_product_attention": keras_attention,
+    "keras_vit heads_first_attention": heads_first_attention,
+}
 
 
 def time_per_attention(fn, q, k, v, scale, iters):

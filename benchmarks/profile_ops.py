@@ -2,8 +2,8 @@
 
 Builds the model as the benchmark does (random weights, `tf.function`), warms it up, traces one call and
 sums the traced kernel times per TensorFlow op type (`_MklNativeFusedMatMul`, `_MklBatchMatMulV2`,
-`AddV2`, ...). With `--serial` (the default) ops run one at a time (`inter_op_parallelism_threads=1`),
-so the shares add up to the call's wall time; each op still uses every core.
+`AddV2`, ...). Ops run one at a time (`inter_op_parallelism_threads=1`; `--parallel` keeps TensorFlow's
+default), so the shares add up to the call's wall time; each op still uses every core.
 
 Usage:
     python benchmarks/profile_ops.py                          # ViT-B/16, float32, batch 16

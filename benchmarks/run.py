@@ -119,7 +119,7 @@ def run_child(spec, python, timeout):
 
 def cpu_jiffies():
     """(busy, steal) jiffies of all CPUs from /proc/stat, or None off Linux; steal is time the hypervisor
-    gave this VM's vCPUs to someone else, the main source of noise on a shared cloud machine."""
+    gave this VM's vCPUs to someone else: the part of a shared machine's noise that the guest can see."""
     try:
         with open("/proc/stat") as f:
             fields = [int(v) for v in f.readline().split()[1:]]

@@ -145,7 +145,7 @@ def test_the_normal_path_runs_heads_first_attention_on_tensorflow(monkeypatch):
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_heads_first_attention_in_half_precision_keeps_its_dtype_and_accuracy(dtype, float32_softmax):
     rng = np.random.default_rng(8)
-    # 197 tokens (ViT-B/16 at 224): a softmax summed in bfloat16 over them would be off by a few percent.
+    # 197 tokens: the ViT-B/16 sequence at 224, the length the benchmarks run.
     q, k, v = (rng.standard_normal((2, 197, 2, 64)).astype("float32") for _ in range(3))
     half = [keras.ops.cast(t, dtype) for t in (q, k, v)]
     out = heads_first_attention(*half, 0.125, float32_softmax=float32_softmax)

@@ -106,16 +106,15 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     def call(self, x, training=None, return_attention_scores=False):
         q, k, v = self.query(x), self.key(x), self.value(x)
         scale = self.head_dim**-0.5
+        probs = None
         if return_attention_scores or (training and self.attention_dropout_rate > 0):
             logits = ops.einsum("btnh,bsnh->bnts", q, k)
             probs = ops.softmax(ops.cast(logits, "float32") * scale, axis=-1)
             dropped = self.dropout(probs, training=training)
             context = ops.einsum("bnts,bsnh->btnh", ops.cast(dropped, v.dtype), v)
         elif keras.config.backend() == "tensorflow":
-            probs = None
             context = heads_first_attention(q, k, v, scale, float32_softmax=bool(training))
         else:
-            probs = None
             context = ops.dot_product_attention(q, k, v, scale=scale)
         y = self.out(context)
         return (y, probs) if return_attention_scores else y
