@@ -18,7 +18,7 @@ ARCHS = {
 MATMUL_N = {"full": 4096, "quick": 256}
 
 # Which runner runs in which Python: keras_vit and the matmul in this one, peers in `--peers-python`.
-PEER_RUNNERS = ("timm", "keras_hub")
+PEER_RUNNERS = ("timm", "keras_hub", "torch_matmul")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,8 +26,10 @@ class Case:
     """One benchmark case.
 
     Attributes:
-        runner: `keras_vit`, `keras_hub`, `timm` or `matmul` (the module `runner_<runner>.py`).
-        task: `infer`, `train`, `serve` (keras_vit's SavedModel signature) or `matmul`.
+        runner: `keras_vit`, `keras_hub`, `timm`, `matmul` (TensorFlow) or `torch_matmul` (the module
+            `runner_<runner>.py`).
+        task: `infer`, `train`, `serve` (keras_vit's SavedModel signature), `matmul` (the ceiling) or
+            `floor` (the model's matrix products alone, `model_matmuls.py`).
         dtype: `float32` or `bfloat16` (mixed_bfloat16 for Keras, CPU autocast for timm).
         arch: a key of `ARCHS` ("" for the matmul).
         batches: batch sizes measured in this process, smallest first.
@@ -71,7 +73,7 @@ def build_cases(quick=False, peers=(), serving=True, alt_modes=False):
 
     Args:
         quick: tiny sizes (the `tiny` arch, batches 1 and 4, a 256 matmul) for validation.
-        peers: the peer runners available (`"timm"`, `"keras_hub"`).
+        peers: the peer runners available (`"timm"`, `"keras_hub"`, `"torch_matmul"`: PyTorch is there).
         serving: include the SavedModel serving case.
         alt_modes: also run keras_vit inference and training in the mode it does not choose (graph vs
             XLA), and the matmul with XLA, to check the choices above.
@@ -84,6 +86,8 @@ def build_cases(quick=False, peers=(), serving=True, alt_modes=False):
         # XLA's matmul was never the faster one here (slower in float32, 4x slower in bf16).
         for jit in (False, True) if alt_modes else (False,):
             cases.append(Case("matmul", "matmul", dtype, "", (1,), jit=jit, label=_mode(jit)))
+    for dtype in ("float32", "bfloat16"):
+        cases.append(Case("matmul", "floor", dtype, infer_arch, infer_batches, label="graph"))
     for dtype in ("float32", "bfloat16"):
         jit = KERAS_VIT_JIT[dtype]
         cases.append(Case("keras_vit", "infer", dtype, infer_arch, infer_batches, jit=jit, label=_mode(jit)))
@@ -105,6 +109,9 @@ def build_cases(quick=False, peers=(), serving=True, alt_modes=False):
         for dtype in ("float32", "bfloat16"):
             cases.append(Case("timm", "infer", dtype, infer_arch, infer_batches, label="eager"))
         cases.append(Case("timm", "train", "float32", train_arch, train_batches, label="eager"))
+    if "torch_matmul" in peers:  # timm's floor: PyTorch's matmul kernels
+        for dtype in ("float32", "bfloat16"):
+            cases.append(Case("torch_matmul", "floor", dtype, infer_arch, infer_batches, label="eager"))
     if "keras_hub" in peers:
         cases.append(Case("keras_hub", "infer", "float32", infer_arch, infer_batches, jit=True, label="XLA"))
         cases.append(Case("keras_hub", "infer", "bfloat16", infer_arch, infer_batches, jit=False, label="graph"))

@@ -20,6 +20,7 @@ RUNNERS = {
     "keras_hub": "runner_keras_hub",
     "timm": "runner_timm",
     "matmul": "runner_matmul",
+    "torch_matmul": "runner_torch_matmul",
 }
 
 

@@ -133,11 +133,44 @@ def goals(rows, ceilings, big_batch):
     return out
 
 
+# The framework whose matmul kernels a runner uses, and the runner of that framework's floor case.
+FLOOR_RUNNER = {"keras_vit": "matmul", "keras_hub": "matmul", "timm": "torch_matmul"}
+
+
+def floor_shares(rows):
+    """For each inference row: the time its framework's matmul floor takes (the model's products alone,
+    same shapes, dtype and batch) as a share of the row's time; what is left is everything else."""
+    out = []
+    for row in _find(rows, task="infer"):
+        if row.get("mode", "").endswith("-alt") or row["runner"] not in FLOOR_RUNNER:
+            continue
+        for floor in _find(rows, task="floor", runner=FLOOR_RUNNER[row["runner"]], dtype=row["dtype"],
+                           batch=row["batch"]):
+            out.append({"name": row["name"], "batch": row["batch"], "floor": floor["name"],
+                        "share": floor["median_s"] / row["median_s"]})
+    return out
+
+
+def bounds(rows, big_batch):
+    """The best ratios against a peer that any model on TensorFlow's kernels could reach in this run:
+    the peer's time over the TensorFlow floor's (a goal above its bound cannot be met on TensorFlow)."""
+    out = []
+    for dtype in ("float32", "bfloat16"):
+        tf_floor = _find(rows, task="floor", runner="matmul", dtype=dtype, batch=big_batch)
+        peers = [r for r in _find(rows, task="infer", dtype=dtype, batch=big_batch)
+                 if r["runner"] != "keras_vit" and not r.get("mode", "").endswith("-alt")]
+        if tf_floor:
+            for peer in peers:
+                out.append({"what": f"{dtype} batch {big_batch}: TensorFlow matmul floor / {peer['name']}",
+                            "ratio": peer["median_s"] / tf_floor[0]["median_s"]})
+    return out
+
+
 def _fmt(value, spec, missing="-"):
     return missing if value is None else format(value, spec)
 
 
-def table(rows, ceilings, ratios, goal_rows):
+def table(rows, ceilings, ratios, goal_rows, shares=(), bound_rows=()):
     """The human-readable report: one table, then ratios and goals.
 
     `cpu/wall` is the process's CPU seconds per wall second during the timed calls: about the number of
@@ -163,6 +196,14 @@ def table(rows, ceilings, ratios, goal_rows):
         lines.append("ratios (throughput, same work; >1 means the first is faster):")
         for q in ratios:
             lines.append(f"  {q['what']:38} {q['task']:6} {q['dtype']:9} batch {q['batch']:>3}: {q['ratio']:.2f}x")
+    if shares:
+        lines.append("matmul floor (the model's matrix products alone, its framework's kernels) / model time:")
+        for f in shares:
+            lines.append(f"  {f['name']:44} batch {f['batch']:>3}: {f['share']:.0%}")
+    if bound_rows:
+        lines.append("best reachable on TensorFlow (a model that took only the TensorFlow floor's time):")
+        for b in bound_rows:
+            lines.append(f"  {b['what']}: {b['ratio']:.2f}x")
     if goal_rows:
         lines.append("goals (issue 7):")
         for g in goal_rows:

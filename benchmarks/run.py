@@ -66,7 +66,7 @@ def available_peers(peers_python):
     if not os.path.isfile(peers_python):
         raise SystemExit(f"--peers-python must be a Python executable. Received: --peers-python={peers_python!r}")
     found = []
-    for runner, module in (("timm", "timm"), ("keras_hub", "keras_hub")):
+    for runner, module in (("timm", "timm"), ("keras_hub", "keras_hub"), ("torch_matmul", "torch")):
         probe = subprocess.run([peers_python, "-c", f"import {module}"], capture_output=True,
                                env=_child_env(), timeout=300)
         if probe.returncode == 0:
@@ -194,7 +194,9 @@ def main(argv=None):
     rows, ceilings = report.build_rows(selected, results, args.quick)
     ratios = report.peer_ratios(rows)
     goal_rows = [] if args.quick else report.goals(rows, ceilings, big_batch=16)
-    text = report.table(rows, ceilings, ratios, goal_rows)
+    shares = report.floor_shares(rows)
+    bound_rows = [] if args.quick else report.bounds(rows, big_batch=16)
+    text = report.table(rows, ceilings, ratios, goal_rows, shares, bound_rows)
     print(text)
     info["load_average_at_end"] = os.getloadavg()
     info["steal_share"] = steal_share(jiffies_at_start, cpu_jiffies())
@@ -207,6 +209,7 @@ def main(argv=None):
         "quick": args.quick, "repeats": args.repeats, "peers": list(peers),
         "pythons": {"keras_vit": args.keras_vit_python, "peers": args.peers_python},
         "rows": rows, "ceilings_gflops": ceilings, "ratios": ratios, "goals": goal_rows,
+        "floor_shares": shares, "bounds": bound_rows,
     }
     if args.json:
         with open(args.json, "w") as f:

@@ -17,6 +17,7 @@ sys.path.insert(0, os.path.join(REPO, "benchmarks"))
 
 import cases  # noqa: E402
 import flops  # noqa: E402
+import model_matmuls  # noqa: E402
 import report  # noqa: E402
 
 
@@ -31,6 +32,69 @@ def test_forward_flops_match_published_gmacs(width, gmacs):
 
 def test_matmul_flops():
     assert flops.matmul_gflop(4096) == pytest.approx(2 * 4096**3 / 1e9)
+
+
+@pytest.mark.parametrize("arch", sorted(cases.ARCHS))
+@pytest.mark.parametrize("batch", [1, 3])
+def test_floor_products_are_the_counted_flops(arch, batch):
+    """The floor cases time exactly the matrix products that flops.py counts (a separate formula)."""
+    products = model_matmuls.vit_matmuls(cases.ARCHS[arch], batch)
+    expected = flops.arch_forward_gflop(cases.ARCHS[arch]) * batch
+    assert sum(p.gflop for p in products) == pytest.approx(expected, rel=1e-12)
+    for p in products:  # the operands the runners build have the product's FLOPs
+        left, right = model_matmuls.operand_shapes(p)
+        size = 1
+        for dim in left:
+            size *= dim
+        assert 2 * size * right[-1] * p.count / 1e9 == pytest.approx(p.gflop, rel=1e-12)
+
+
+def test_b16_attention_products_have_the_head_layout():
+    products = {p.what: p for p in model_matmuls.vit_matmuls(cases.ARCHS["B16"], batch=2)}
+    logits = products["attention logits q k^T"]
+    assert model_matmuls.operand_shapes(logits) == ((24, 197, 64), (24, 64, 197)) and logits.count == 12
+    assert products["MLP in"].m == 2 * 197 and products["q/k/v projections"].count == 36
+
+
+def test_floor_shares_and_bounds_arithmetic():
+    def floor(runner, dtype, batch, seconds):
+        return dict(_row(runner, "floor", dtype, batch, seconds), mode="graph")
+
+    rows = [
+        _row("keras_vit", "infer", "bfloat16", 16, 2.0),
+        _row("timm", "infer", "bfloat16", 16, 1.5),
+        _row("keras_hub", "infer", "bfloat16", 16, 3.0),
+        dict(_row("keras_vit", "infer", "bfloat16", 16, 9.0), mode="XLA-alt", name="keras_vit/alt"),
+        _row("keras_vit", "infer", "float32", 16, 4.0),
+        _row("timm", "infer", "float32", 1, 0.5),
+        floor("matmul", "bfloat16", 16, 1.2), floor("torch_matmul", "bfloat16", 16, 1.0),
+        floor("matmul", "float32", 16, 3.0), floor("matmul", "float32", 1, 0.3),
+        floor("torch_matmul", "float32", 1, 0.25),
+    ]
+    shares = {(f["name"], f["batch"], f["floor"]): f["share"] for f in report.floor_shares(rows)}
+    assert shares == {
+        ("keras_vit/infer/bfloat16", 16, "matmul/floor/bfloat16"): pytest.approx(0.6),
+        ("timm/infer/bfloat16", 16, "torch_matmul/floor/bfloat16"): pytest.approx(1.0 / 1.5),
+        ("keras_hub/infer/bfloat16", 16, "matmul/floor/bfloat16"): pytest.approx(0.4),
+        ("keras_vit/infer/float32", 16, "matmul/floor/float32"): pytest.approx(0.75),
+        ("timm/infer/float32", 1, "torch_matmul/floor/float32"): pytest.approx(0.5),
+    }  # no row for the -alt mode; each row only against its own dtype, batch and framework
+    found = {b["what"]: b["ratio"] for b in report.bounds(rows, big_batch=16)}
+    assert found == {"bfloat16 batch 16: TensorFlow matmul floor / timm/infer/bfloat16": pytest.approx(1.25),
+                     "bfloat16 batch 16: TensorFlow matmul floor / keras_hub/infer/bfloat16": pytest.approx(2.5)}
+    assert report.bounds(rows[:6], big_batch=16) == []  # no floor measured: no bound claimed
+
+
+def test_torch_floor_cases_run_in_the_peers_environment():
+    built = cases.build_cases(peers=("torch_matmul",))
+    names = [c.name for c in built]
+    assert len(names) == len(set(names))
+    torch_floor = [c for c in built if c.runner == "torch_matmul"]
+    assert {c.dtype for c in torch_floor} == {"float32", "bfloat16"}
+    assert all(c.is_peer and c.task == "floor" and c.batches == (1, 16) for c in torch_floor)
+    tf_floor = [c for c in built if c.task == "floor" and c.runner == "matmul"]
+    assert len(tf_floor) == 2 and not any(c.is_peer for c in tf_floor)
+    assert not any(c.runner == "torch_matmul" for c in cases.build_cases(peers=("timm",)))
 
 
 def test_benchmark_architectures_are_the_variant_table():
@@ -117,9 +181,12 @@ def test_steal_share_is_stolen_over_busy_plus_stolen():
 
 def test_quick_run_emits_table_and_json(tmp_path):
     stdout, document = _run_quick(
-        tmp_path, "--no-serving", "--only", "matmul/matmul/float32/graph,keras_vit/infer/tiny/float32")
-    _check_document(stdout, document, ["matmul/matmul/float32/graph", "keras_vit/infer/tiny/float32/" +
-                                       cases._mode(cases.KERAS_VIT_JIT["float32"])])
+        tmp_path, "--no-serving", "--only",
+        "matmul/matmul/float32/graph,keras_vit/infer/tiny/float32,matmul/floor/tiny/float32")
+    ours = "keras_vit/infer/tiny/float32/" + cases._mode(cases.KERAS_VIT_JIT["float32"])
+    _check_document(stdout, document, ["matmul/matmul/float32/graph", "matmul/floor/tiny/float32/graph", ours])
+    assert {(f["name"], f["batch"]) for f in document["floor_shares"]} == {(ours, 1), (ours, 4)}
+    assert all(f["share"] > 0 for f in document["floor_shares"]) and "matmul floor" in stdout
     infer = [r for r in document["rows"] if r["task"] == "infer"]
     assert sorted(r["batch"] for r in infer) == [1, 4]
     assert all(0 < r["ceiling_share"] for r in infer)
@@ -177,3 +244,11 @@ def test_attention_core_benchmark_compares_both_implementations():
     differences = [float(line.split("max |difference| ")[1].split()[0]) for line in out.splitlines()
                    if "max |difference|" in line]
     assert max(differences) < 5e-2, out
+
+
+@pytest.mark.parametrize("module", [flops, model_matmuls])
+def test_benchmark_docstring_examples(module):
+    import doctest
+
+    result = doctest.testmod(module)
+    assert result.attempted > 0 and result.failed == 0

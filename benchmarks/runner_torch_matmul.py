@@ -1,0 +1,35 @@
+"""Peer floor: every matrix product of one ViT forward (`model_matmuls.vit_matmuls`) in eager PyTorch.
+
+The PyTorch counterpart of `runner_matmul.py`'s "floor" task: the same list of products (keras_vit's
+decomposition, not timm's fused q/k/v `Linear` and SDPA attention), the model's shapes and dtype (float32,
+or bfloat16 tensors rather than autocast), each per-layer weight distinct, under `torch.inference_mode()`,
+nothing but the products: how fast PyTorch's CPU matmul kernels, the ones timm runs on, do the same work.
+"""
+
+import measure
+import model_matmuls
+
+
+def run(spec):
+    import torch
+
+    if spec["task"] != "floor":
+        raise ValueError(f"runner_torch_matmul runs the task 'floor'. Received: task={spec['task']!r}")
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[spec["dtype"]]
+    generator = torch.Generator().manual_seed(0)
+    batches = []
+    for batch in spec["batches"]:
+        operands = []
+        for product in model_matmuls.vit_matmuls(spec["arch"], batch):
+            left, right = model_matmuls.operand_shapes(product)
+            a = torch.randn(left, generator=generator).to(dtype)
+            operands += [(a, torch.randn(right, generator=generator).to(dtype)) for _ in range(product.count)]
+
+        def products():
+            with torch.inference_mode():
+                return [torch.matmul(a, b)[..., :1, :1] for a, b in operands]
+
+        seconds = measure.time_calls(products, spec["warmup"], spec["iters"][str(batch)])
+        batches.append(measure.batch_result(seconds, batch))
+        del operands
+    return {"batches": batches, "extra": {"torch_threads": torch.get_num_threads()}}
