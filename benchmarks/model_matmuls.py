@@ -56,3 +56,15 @@ def operand_shapes(product):
     """(left shape, right shape) of one product."""
     lead = (product.batch,) if product.batch else ()
     return lead + (product.m, product.k), lead + (product.k, product.n)
+
+
+def operand_pairs(arch, batch, random):
+    """(left, right) operands of every product of `vit_matmuls(arch, batch)`, made by `random(shape)`: one
+    left operand per kind of product (an activation) and `count` distinct right ones (per-layer weights),
+    so that weights stream from memory as in the model."""
+    pairs = []
+    for product in vit_matmuls(arch, batch):
+        left, right = operand_shapes(product)
+        a = random(left)
+        pairs += [(a, random(right)) for _ in range(product.count)]
+    return pairs

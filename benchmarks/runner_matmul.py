@@ -39,11 +39,8 @@ def _floor(spec):
     rng = tf.random.Generator.from_seed(0)
     batches = []
     for batch in spec["batches"]:
-        operands = []
-        for product in model_matmuls.vit_matmuls(spec["arch"], batch):
-            left, right = model_matmuls.operand_shapes(product)
-            a = tf.cast(rng.normal(left), spec["dtype"])  # one activation, `count` distinct weights
-            operands += [(a, tf.cast(rng.normal(right), spec["dtype"])) for _ in range(product.count)]
+        operands = model_matmuls.operand_pairs(
+            spec["arch"], batch, lambda shape: tf.cast(rng.normal(shape), spec["dtype"]))
 
         @tf.function
         def products(operands):

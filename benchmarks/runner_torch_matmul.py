@@ -19,11 +19,8 @@ def run(spec):
     generator = torch.Generator().manual_seed(0)
     batches = []
     for batch in spec["batches"]:
-        operands = []
-        for product in model_matmuls.vit_matmuls(spec["arch"], batch):
-            left, right = model_matmuls.operand_shapes(product)
-            a = torch.randn(left, generator=generator).to(dtype)
-            operands += [(a, torch.randn(right, generator=generator).to(dtype)) for _ in range(product.count)]
+        operands = model_matmuls.operand_pairs(
+            spec["arch"], batch, lambda shape: torch.randn(shape, generator=generator).to(dtype))
 
         def products():
             with torch.inference_mode():

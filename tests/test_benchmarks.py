@@ -5,6 +5,7 @@ checked against hand-computed values and the published GMAC counts of REFERENCE.
 """
 
 import json
+import math
 import os
 import re
 import subprocess
@@ -43,10 +44,11 @@ def test_floor_products_are_the_counted_flops(arch, batch):
     assert sum(p.gflop for p in products) == pytest.approx(expected, rel=1e-12)
     for p in products:  # the operands the runners build have the product's FLOPs
         left, right = model_matmuls.operand_shapes(p)
-        size = 1
-        for dim in left:
-            size *= dim
-        assert 2 * size * right[-1] * p.count / 1e9 == pytest.approx(p.gflop, rel=1e-12)
+        assert 2 * math.prod(left) * right[-1] * p.count / 1e9 == pytest.approx(p.gflop, rel=1e-12)
+    pairs = model_matmuls.operand_pairs(cases.ARCHS[arch], batch, lambda shape: object())
+    assert len(pairs) == sum(p.count for p in products)
+    assert len({id(b) for _, b in pairs}) == len(pairs)  # every weight distinct
+    assert len({id(a) for a, _ in pairs}) == len(products)  # one activation per kind of product
 
 
 def test_b16_attention_products_have_the_head_layout():
