@@ -2,6 +2,7 @@
 decoding (PIL) and resizing (numpy) that the served graph must agree with."""
 
 import io
+import struct
 
 import keras
 import numpy as np
@@ -53,6 +54,18 @@ def animated_gif(frames: int, size: int) -> bytes:
     buffer = io.BytesIO()
     images[0].save(buffer, format="GIF", save_all=True, append_images=images[1:], duration=50, loop=0)
     return buffer.getvalue()
+
+
+def gif_with_screen(gif: bytes, width: int, height: int) -> bytes:
+    """The GIF with its logical screen descriptor (bytes 6..9) claiming another size; its frames unchanged."""
+    return gif[:6] + struct.pack("<HH", width, height) + gif[10:]
+
+
+def gif_with_comment_blocks(gif: bytes, count: int) -> bytes:
+    """The GIF with `count` comment extensions (0x21 0xFE, one 1-byte sub-block each) before its first frame."""
+    packed = gif[10]
+    start = 13 + (3 * (2 << (packed & 7)) if packed & 0x80 else 0)
+    return gif[:start] + b"\x21\xfe\x01x\x00" * count + gif[start:]
 
 
 def pil_rgb(encoded: bytes) -> np.ndarray:

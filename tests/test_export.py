@@ -5,6 +5,7 @@ decoded by PIL and resized by a numpy bilinear written from the definition (test
 """
 
 import base64
+import io
 import json
 import logging
 import os
@@ -21,6 +22,8 @@ from export_fixtures import (
     animated_gif,
     TINY,
     encode,
+    gif_with_comment_blocks,
+    gif_with_screen,
     keras_reference,
     lossless_images,
     pil_rgb,
@@ -175,7 +178,7 @@ def _bad_requests():
     jpeg = tf.io.encode_jpeg(random_image((8, 8, 3), 3)).numpy()
     sof = jpeg.index(b"\xff\xc0") + 5  # SOF0: precision, then height and width, big-endian uint16
     return {
-        "corrupt PNG": (png[:60], "PNG"),
+        "corrupt PNG": (png[:60], r"could not be decoded.*index, format:\] \[1\] \[PNG\]"),
         "empty string": (b"", "Not a JPEG, PNG, GIF or BMP"),
         "not an image": (b"%PDF-1.4 a text file", "Not a JPEG, PNG, GIF or BMP"),
         "truncated PNG header": (png[:20], "Truncated image"),
@@ -183,6 +186,10 @@ def _bad_requests():
         "PNG over the export's pixel limit": (encode(random_image((80, 80, 3), 4), "PNG"), "too large"),
         "GIF header claiming 65535 x 65535": (gif[:6] + b"\xff\xff\xff\xff" + gif[10:], "too large"),
         "animated GIF whose frames exceed the limit": (animated_gif(frames=3, size=40), "too large"),
+        # the decoder allocates each frame at its own descriptor's size, whatever the screen says
+        "GIF with a 1x1 screen and one 100x100 frame": (gif_with_screen(animated_gif(1, 100), 1, 1),
+                                                         r"too large.*\[1\] \[100\] \[100\] \[1\]"),
+        "GIF with a 1x1 screen and two 50x50 frames": (gif_with_screen(animated_gif(2, 50), 1, 1), "too large"),
         "JPEG header claiming 65000 x 65000": (jpeg[:sof] + b"\xfd\xe8\xfd\xe8" + jpeg[sof + 4:], "too large"),
     }
 
@@ -199,9 +206,55 @@ def test_bad_encoded_image_is_invalid_argument(loaded, case):
 def test_image_at_the_pixel_limit_is_served(loaded):
     at_limit = encode(random_image((64, 64, 3), 6), "PNG")
     assert loaded.signatures["serving_default"](images=tf.constant([at_limit]))["scores"].shape == (1, TOP_K)
-    # GIF frames are bounded from above (separators + 1): 40x40 with one frame counts 2 x 1600 <= 4096
-    one_frame = animated_gif(frames=1, size=40)
-    assert loaded.signatures["serving_default"](images=tf.constant([one_frame]))["scores"].shape == (1, TOP_K)
+    # GIFs count their frames exactly: one 64x64 frame is at the limit, so is 2 frames of 45x45 (4050)
+    for gif in (animated_gif(frames=1, size=64), animated_gif(frames=2, size=45)):
+        assert loaded.signatures["serving_default"](images=tf.constant([gif]))["scores"].shape == (1, TOP_K)
+
+
+def _pil_frames(gif: bytes) -> list:
+    """(height, width) of every frame as PIL reads each frame's own image descriptor."""
+    from PIL import Image, ImageSequence
+
+    image = Image.open(io.BytesIO(gif))
+    sizes = []
+    for frame in ImageSequence.Iterator(image):
+        left, top, right, bottom = frame.tile[0][1] if frame.tile else (0, 0, *frame.size)
+        sizes.append((bottom - top, right - left))
+    return sizes
+
+
+@pytest.mark.parametrize("case", ["one frame", "three frames", "screen 1x1", "comment blocks", "local palettes"])
+def test_gif_frames_reads_every_frame_descriptor(case):
+    from keras_vit.export.decode import gif_frames
+
+    gif = {
+        "one frame": animated_gif(1, 9),
+        "three frames": animated_gif(3, 12),
+        "screen 1x1": gif_with_screen(animated_gif(2, 30), 1, 1),
+        "comment blocks": gif_with_comment_blocks(animated_gif(2, 7), 500),
+        "local palettes": encode(random_image((33, 21, 3), 8), "GIF"),
+    }[case]
+    frames = _pil_frames(gif)
+    expected = [len(frames), max(h for h, _ in frames), max(w for _, w in frames)]
+    assert [int(x) for x in gif_frames(tf.constant(gif))] == expected
+
+
+def test_gif_frames_stops_at_a_truncated_or_unknown_block():
+    from keras_vit.export.decode import gif_frames
+
+    gif = animated_gif(3, 10)
+    assert int(gif_frames(tf.constant(gif[:-30]))[0]) == 3  # the last frame's data is cut: still counted
+    start = 13 + (3 * (2 << (gif[10] & 7)) if gif[10] & 0x80 else 0)
+    assert int(gif_frames(tf.constant(gif[:start] + b"\x99" + gif[start:]))[0]) == 0
+
+
+def test_refusals_name_the_image_index(loaded):
+    good = encode(random_image((20, 20, 3), 5), "PNG")
+    too_large = encode(random_image((80, 80, 3), 4), "PNG")
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"image index, height, width, frames:\] \[2\]"):
+        loaded.signatures["serving_default"](images=tf.constant([good, good, too_large]))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"Not a JPEG.*image index:\] \[0\]"):
+        loaded.signatures["serving_default"](images=tf.constant([b"nonsense", good]))
 
 
 def test_too_many_images_is_invalid_argument(loaded):
@@ -218,11 +271,18 @@ def test_float_batch_of_the_wrong_size_is_invalid_argument(loaded, shape):
         loaded.signatures["predict_images"](images=tf.zeros(shape))
 
 
-def test_float_batch_of_the_wrong_rank_is_invalid_argument(loaded):
-    """The signature declares rank 4, so the graph's rank check is folded away: a rank-3 batch still fails
-    with InvalidArgument (incompatible shapes), with a less specific message."""
-    with pytest.raises(tf.errors.InvalidArgumentError):
-        loaded.signatures["predict_images"](images=tf.zeros((SIZE, SIZE, 3)))
+@pytest.mark.parametrize("shape", [(SIZE, SIZE, 3), (1, 1, SIZE, SIZE, 3), ()])
+def test_float_batch_of_the_wrong_rank_is_invalid_argument(loaded, shape):
+    with pytest.raises(tf.errors.InvalidArgumentError, match=rf"\(batch, {SIZE}, {SIZE}, 3\).*received shape"):
+        loaded.signatures["predict_images"](images=tf.zeros(shape))
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_float_batch_with_non_finite_pixels_is_invalid_argument(loaded, bad):
+    pixels = np.zeros((3, SIZE, SIZE, 3), np.float32)
+    pixels[1, 4, 5, 2] = bad
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"NaN or infinite.*index with them:\] \[1\]"):
+        loaded.signatures["predict_images"](images=pixels)
 
 
 def test_headless_model_exports_features(tmp_path):
@@ -325,3 +385,19 @@ def test_token_sequence_model_is_refused(tmp_path):
     model = keras_vit.ViT(**TINY, include_top=False)
     with pytest.raises(ValueError, match="output_shape=\\(None, 17, 32\\)"):
         export_saved_model(model, tmp_path / "m")
+
+
+def test_staging_left_by_a_killed_export_is_removed(tmp_path):
+    import socket
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    base = tmp_path / "m"
+    host = socket.gethostname()
+    stale = base / f".staging-1-{host}-{dead.pid}-abc123"
+    live = base / f".staging-2-{host}-{os.getpid()}-def456"  # a live process: still writing
+    other_host = base / f".staging-3-another-host-{dead.pid}-ghi789"
+    for folder in (stale, live, other_host):
+        (folder / "variables").mkdir(parents=True)
+    export_saved_model(tiny_vit(num_layers=1), base, version=5)
+    assert sorted(os.listdir(base)) == sorted(["5", live.name, other_host.name])

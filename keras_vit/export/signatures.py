@@ -132,12 +132,26 @@ class Signatures:
         spec = self._spec
         shape = tf.shape(images)
         expected = tf.constant([spec.height, spec.width, 3])
-        right_size = tf.logical_and(tf.equal(tf.rank(images), 4), tf.reduce_all(tf.equal(shape[1:], expected)))
+        # The signature leaves the rank unknown, so this check runs (a declared rank 4 is folded away).
+        rank_four = tf.equal(tf.size(shape), 4)
+        padded = tf.concat([shape, tf.zeros([4], tf.int32)], 0)[:4]
+        right_size = tf.logical_and(rank_four, tf.reduce_all(tf.equal(padded[1:], expected)))
         size_check = tf.debugging.Assert(
             right_size,
             [f"`images` must be float32 (batch, {spec.height}, {spec.width}, 3) in 0..255; received shape:", shape],
         )
-        return [size_check, decode.check_batch_size(shape[0], self._max_batch_size)]
+        with tf.control_dependencies([size_check]):
+            batch_check = decode.check_batch_size(padded[0], self._max_batch_size)
+        with tf.control_dependencies([batch_check]):
+            return [self._check_finite(images)]
+
+    @staticmethod
+    def _check_finite(images):
+        finite = tf.reduce_all(tf.math.is_finite(tf.reshape(images, [tf.shape(images)[0], -1])), axis=1)
+        first_bad = tf.reduce_min(tf.concat([tf.where(~finite)[:, 0], [tf.size(finite, tf.int64)]], 0))
+        return tf.debugging.Assert(
+            tf.reduce_all(finite), ["`images` holds NaN or infinite pixels; first image index with them:", first_bad]
+        )
 
     def predict_images(self, images):
         """float32 [B, H, W, 3] in 0..255 -> {`probabilities` | `logits` | `features`: [B, n]}."""
@@ -168,7 +182,7 @@ class Signatures:
             root.labels_asset = self._labels_asset
             root.label_table = self._table
         encoded = tf.TensorSpec([None], tf.string, name="images")
-        pixels = tf.TensorSpec([None, None, None, None], tf.float32, name="images")
+        pixels = tf.TensorSpec(None, tf.float32, name="images")  # any rank: `_check_pixels` names a wrong one
         float_name = "features" if self._spec.classes is None else "predict_images"
         root.serving_default = tf.function(self.serve_encoded, input_signature=[encoded])
         setattr(root, float_name, tf.function(self.predict_images, input_signature=[pixels]))

@@ -2,10 +2,14 @@
 
 TF Serving watches the base path and loads the highest integer directory it finds, so a version is written
 under a hidden staging name and renamed into place only when complete: the server never sees half a model.
+A staging directory is named after its host and process (`.staging-<version>-<host>-<pid>-<random>`); one
+left by a process that was killed is removed by the next export to the same base path on that host.
 """
 
 import contextlib
+import logging
 import os
+import socket
 import shutil
 import tempfile
 
@@ -42,12 +46,44 @@ def resolve(export_base: str, version: int | None, overwrite: bool) -> tuple[int
     return version, path
 
 
+logger = logging.getLogger(__name__)
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def remove_stale_staging(parent: str) -> list[str]:
+    """Removes the staging directories under `parent` left by dead processes of this host; returns them."""
+    host = socket.gethostname()
+    removed = []
+    for name in sorted(os.listdir(parent)) if os.path.isdir(parent) else []:
+        fields = name.split("-")
+        if not name.startswith(".staging-") or len(fields) < 5 or not fields[-2].isdigit():
+            continue
+        if "-".join(fields[2:-2]) == host and not _process_alive(int(fields[-2])):
+            shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+            removed.append(name)
+    if removed:
+        logger.warning("Removed %d staging director%s left by killed exports in %s: %s", len(removed),
+                       "y" if len(removed) == 1 else "ies", parent, ", ".join(removed))
+    return removed
+
+
 @contextlib.contextmanager
 def staged(path: str):
     """Yields a staging directory beside `path`; on success replaces `path` with it, else removes it."""
     parent = os.path.dirname(os.path.abspath(path))
     os.makedirs(parent, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=f".staging-{os.path.basename(path)}-", dir=parent)
+    remove_stale_staging(parent)
+    prefix = f".staging-{os.path.basename(path)}-{socket.gethostname()}-{os.getpid()}-"
+    staging = tempfile.mkdtemp(prefix=prefix, dir=parent)
     try:
         yield staging
         if os.path.exists(path):
