@@ -96,7 +96,7 @@ def build_model(model: str, weights=None, **kwargs):
     Args:
         model: a name of `CONSTRUCTORS` (any case) or a path to an existing `.keras` file (loaded in safe mode).
         weights: for a name, the constructor's `weights`; for a `.keras` file, optional weights (a checkpoint or
-            `.weights.h5`) loaded into it with `keras_vit.load_weights`.
+            `.weights.h5`) loaded into it with `keras_vit.loading.load_weights`.
         **kwargs: more constructor arguments (`input_shape`, `classes`, `include_top`, `pooling`, ...); a
             `.keras` file keeps its own architecture and ignores them.
 
@@ -104,7 +104,7 @@ def build_model(model: str, weights=None, **kwargs):
         A `keras.Model`.
 
     Raises:
-        ValueError: an unknown name, a missing `.keras` file, or weights that do not fit.
+        ValueError: an unknown name, a missing or corrupt `.keras` file, or weights that do not fit.
 
     Example:
         >>> build_model("vit_ti16", weights=None, input_shape=(32, 32, 3), classes=3).output_shape
@@ -120,11 +120,12 @@ def build_model(model: str, weights=None, **kwargs):
         raise ValueError(
             f"Unknown model. Received: {model!r}. Known: {', '.join(sorted(CONSTRUCTORS))}, or a `.keras` file."
         )
+    from keras_vit import loading
+
     if not os.path.exists(model):
         raise ValueError(f"The model file does not exist. Received: {model!r}")
+    loading.check_keras_archive(model)
     loaded = keras.saving.load_model(model, safe_mode=True)
     if weights is not None:
-        from keras_vit import loading
-
         loading.load_weights(loaded, weights)
     return loaded

@@ -11,6 +11,7 @@ Example:
 
 import argparse
 import hashlib
+import os
 import sys
 
 from keras_vit.rebuild import ARGUMENT_ORDER, architecture_of
@@ -23,6 +24,37 @@ def sha256(path: str) -> str:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def check_destination(destination: str) -> None:
+    """The destination must be a `.weights.h5` path in an existing, writable folder (checked before loading).
+
+    Raises:
+        ValueError: naming the path and what is wrong with it.
+    """
+    if not str(destination).endswith(".weights.h5"):
+        raise ValueError(f"The destination must end in `.weights.h5`. Received: destination={destination!r}")
+    folder = os.path.dirname(os.path.abspath(destination))
+    if not os.path.isdir(folder):
+        raise ValueError(
+            f"The destination folder {folder!r} does not exist; create it first or choose another destination. "
+            f"Received: destination={destination!r}"
+        )
+    if not os.access(folder, os.W_OK):
+        raise ValueError(
+            f"The destination folder {folder!r} is not writable; choose another destination. "
+            f"Received: destination={destination!r}"
+        )
+
+
+def _save(model, destination: str) -> None:
+    try:
+        model.save_weights(destination)
+    except OSError as error:  # a read-only file system, a full disk, a folder where the file should be, ...
+        raise ValueError(
+            f"Cannot write the destination ({error.strerror or error}); choose another destination. "
+            f"Received: destination={destination!r}"
+        ) from error
 
 
 def convert(source, destination: str, variant: str | None = None, image_size: int | None = None,
@@ -40,21 +72,21 @@ def convert(source, destination: str, variant: str | None = None, image_size: in
         (model, sha256 of the written file).
 
     Raises:
-        ValueError: a bad destination, an unknown variant, or any loading error.
+        ValueError: a bad or unwritable destination, an unknown variant, or any loading error (a damaged file
+            holding NaN or Inf included).
     """
     import keras_vit
     from keras_vit.applications import CONSTRUCTORS
     from keras_vit.variants import get_variant
 
-    if not str(destination).endswith(".weights.h5"):
-        raise ValueError(f"The destination must end in `.weights.h5`. Received: destination={destination!r}")
+    check_destination(destination)
     shape = None if image_size is None else (image_size, image_size, 3)
     if variant is not None:
         constructor = CONSTRUCTORS[get_variant(variant).model_name]
         model = constructor(weights=source, input_shape=shape, classes=classes, classifier_activation=None)
     else:
         model = keras_vit.ViT(weights=source, input_shape=shape, classes=classes, classifier_activation=None)
-    model.save_weights(destination)
+    _save(model, destination)
     return model, sha256(destination)
 
 

@@ -1,10 +1,10 @@
 """Puts pretrained weights into keras_vit models, strictly: every model weight is set from the file and every
 file tensor is used or reported as skipped; otherwise a ValueError lists what is missing, unexpected or
-mis-shaped, and says which variant the file looks like.
+mis-shaped, and says which variant the file looks like. Weights holding NaN or Inf are refused as damaged.
 
 `weights` may be a published name (`keras_vit.weights`), an official `.npz` (any spelling), a timm
-`.safetensors`, a Hugging Face ViT folder or its `model.safetensors`, or a Keras `.weights.h5`; the format is
-detected from the file itself. For checkpoints, `ViT(weights=...)` reads the file first, takes the
+`.safetensors`, a Hugging Face ViT folder or its `model.safetensors`, or a Keras `.weights.h5` or `.keras`; the
+format is detected from the file itself. For checkpoints, `ViT(weights=...)` reads the file first, takes the
 architecture from its shapes (validating what the caller fixed), builds a fresh model and then loads it, so
 a failed load never leaves a half-loaded model behind. Resolution changes resample the position embedding
 (paper section 3.2, `keras_vit.pos_embed`); a different number of classes gets a new zero-initialised head
@@ -24,14 +24,15 @@ import zipfile
 
 import numpy as np
 
-from keras_vit import pos_embed
+from keras_vit import pos_embed, validation
 from keras_vit import weights as weights_table
 from keras_vit.checkpoints import architecture, keras_names, npz
-from keras_vit.checkpoints.canonical import Checkpoint
+from keras_vit.checkpoints.canonical import Checkpoint, LazyArray
 
 log = logging.getLogger("keras_vit")
 
-_FILE_SUFFIXES = (".npz", ".h5", ".safetensors", ".json", ".bin", ".pth", ".pt", ".ckpt")
+_FILE_SUFFIXES = (".npz", ".h5", ".keras", ".safetensors", ".json", ".bin", ".pth", ".pt", ".ckpt")
+_KERAS_SUFFIXES = (".h5", ".keras")
 _HEAD_KEYS = ("head/kernel", "head/bias")
 _PRE_LOGITS_KEYS = ("pre_logits/kernel", "pre_logits/bias")
 _LISTED = 12  # keys shown per category in an error message
@@ -77,8 +78,27 @@ def is_path(weights) -> bool:
 
 
 def is_keras_weights(weights) -> bool:
-    """Whether `weights` is a Keras `.weights.h5` path (loaded with `model.load_weights`)."""
-    return weights is not None and is_path(weights) and os.fspath(weights).lower().endswith(".h5")
+    """Whether `weights` is a Keras `.weights.h5` or `.keras` path (loaded with `model.load_weights`)."""
+    return weights is not None and is_path(weights) and os.fspath(weights).lower().endswith(_KERAS_SUFFIXES)
+
+
+def check_keras_archive(path: str) -> None:
+    """A `.keras` file must be a complete zip archive holding `model.weights.h5`.
+
+    Raises:
+        ValueError: naming the file and its size, for a truncated or otherwise corrupt archive.
+    """
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = archive.namelist()
+        problem = None if "model.weights.h5" in names else "its zip archive holds no model.weights.h5"
+    except (zipfile.BadZipFile, OSError):
+        problem = "it is not a valid zip/.keras archive (truncated or damaged)"
+    if problem:
+        raise ValueError(
+            f"The .keras file {path!r} ({os.path.getsize(path):,} bytes) is corrupt: {problem}. Save the model "
+            f"again with `model.save(...)` (or copy the file again). Received: path={path!r}"
+        )
 
 
 def resolve_path(weights, variant: str | None) -> tuple[str, weights_table.WeightsEntry | None]:
@@ -103,6 +123,8 @@ def resolve_path(weights, variant: str | None) -> tuple[str, weights_table.Weigh
 
 
 def _detect(path: str) -> str:
+    if os.path.isfile(path) and path.lower().endswith(".keras"):
+        return "keras"
     if os.path.isfile(path):
         with open(path, "rb") as handle:
             if handle.read(4) == b"PK\x03\x04":
@@ -134,8 +156,10 @@ def read_checkpoint(path, num_heads: int | None = None) -> Checkpoint:
         from keras_vit.checkpoints import huggingface
 
         return huggingface.read(path)
+    if kind == "keras":
+        check_keras_archive(path)
     raise ValueError(
-        "A Keras .weights.h5 file holds no architecture to read; build the model and pass the file as "
+        "A Keras .weights.h5 or .keras file holds no checkpoint to read; build the model and pass the file as "
         f"`weights=` (or use `model.load_weights`). Received: path={path!r}"
     )
 
@@ -244,6 +268,17 @@ def _resolve_input(args: dict, arch: architecture.CheckpointArchitecture, entry,
         )
 
 
+def _check_arguments(args: dict) -> None:
+    """The checks that need no checkpoint, done before one is read (the builder repeats them)."""
+    validation.check_interpolation(args.get("pos_embed_interpolation"))
+    if args.get("gelu_approximate") is not None:
+        validation.check_bool("gelu_approximate", args["gelu_approximate"])
+    if args.get("layer_norm_epsilon") is not None:
+        validation.check_positive_number("layer_norm_epsilon", args["layer_norm_epsilon"])
+    if args.get("input_shape") is not None:
+        validation.check_input_shape(args["input_shape"])
+
+
 def build_from_checkpoint(builder, arguments: dict):
     """Builds `builder(**arguments)` with the architecture of the checkpoint `arguments["weights"]`, then loads it.
 
@@ -259,12 +294,8 @@ def build_from_checkpoint(builder, arguments: dict):
     """
     args = dict(arguments)
     label = args.pop("weights")
+    _check_arguments(args)
     interpolation = args.get("pos_embed_interpolation") or "bilinear"
-    if interpolation not in pos_embed.METHODS:
-        raise ValueError(
-            f"`pos_embed_interpolation` must be one of {pos_embed.METHODS}. "
-            f"Received: pos_embed_interpolation={interpolation!r}"
-        )
     path, entry = resolve_path(label, _variant_key(args))
     checkpoint = read_checkpoint(path, num_heads=args.get("num_heads"))
     arch = architecture.infer(checkpoint)
@@ -301,7 +332,9 @@ def _fit_array(key, array, variable, model, arch, interpolation, report):
             return None
         new_grid = _model_grid(model)
         report.resampled = (arch.grid, new_grid, interpolation)
-        return pos_embed.resample_position_embedding(array, new_grid, prefix, arch.grid, interpolation)
+        resample = lambda: pos_embed.resample_position_embedding(  # noqa: E731
+            np.asarray(array), new_grid, prefix, arch.grid, interpolation)
+        return LazyArray(target, array.dtype, resample)
     return None
 
 
@@ -314,11 +347,15 @@ def _listing(title, keys) -> str:
 def plan_load(model, checkpoint: Checkpoint, interpolation: str = "bilinear", label=None):
     """Matches every model variable with a file array, without assigning anything.
 
+    Names and shapes are checked first; only then are the arrays to assign read (a `LazyArray` of an `.npz`
+    is decompressed here), cast to the variables' dtypes and checked to be finite.
+
     Returns:
         (assignments, report): a list of (variable, array) and a `LoadReport`.
 
     Raises:
-        ValueError: listing missing, unexpected and mis-shaped keys, and naming the variant the file looks like.
+        ValueError: listing missing, unexpected and mis-shaped keys, and naming the variant the file looks like;
+            or naming the tensors that hold NaN or Inf.
     """
     label = checkpoint.path if label is None else label
     params = checkpoint.params
@@ -331,7 +368,7 @@ def plan_load(model, checkpoint: Checkpoint, interpolation: str = "bilinear", la
     for key, variable in targets.items():
         if new_head and key in _HEAD_KEYS:
             report.reinitialised.append(key)
-            assignments.append((variable, np.zeros(tuple(variable.shape))))
+            assignments.append((key, variable, np.zeros(tuple(variable.shape))))
             continue
         if key not in params:
             if key in _PRE_LOGITS_KEYS and "pre_logits/kernel" not in params:
@@ -343,7 +380,7 @@ def plan_load(model, checkpoint: Checkpoint, interpolation: str = "bilinear", la
         if array is None:
             misshaped.append(f"{key} file {tuple(params[key].shape)} vs model {tuple(variable.shape)}")
             continue
-        assignments.append((variable, array))
+        assignments.append((key, variable, array))
         report.loaded.append(key)
     unexpected = []
     for key in params:
@@ -360,19 +397,56 @@ def plan_load(model, checkpoint: Checkpoint, interpolation: str = "bilinear", la
             f"The checkpoint {label!r} does not match model {model.name!r}. " + "; ".join(parts) +
             f". The checkpoint looks like {arch.describe()}."
         )
-    return assignments, report
+    with np.errstate(over="ignore"):  # a float64 value beyond float32 becomes Inf here; check_finite says so
+        arrays = [(key, variable, np.asarray(array, dtype=variable.dtype)) for key, variable, array in assignments]
+    check_finite([(key, array) for key, _, array in arrays], checkpoint.path)
+    return [(variable, array) for _, variable, array in arrays], report
+
+
+def _non_finite(named_arrays) -> list[str]:
+    """`name (n of N values)` for each floating-point array holding NaN or Inf."""
+    found = []
+    for name, array in named_arrays:
+        array = np.asarray(array)
+        if array.dtype.kind in "biu":
+            continue
+        count = array.size - int(np.count_nonzero(np.isfinite(array)))
+        if count:
+            found.append(f"{name} ({count:,} of {array.size:,} values)")
+    return found
+
+
+def check_finite(named_arrays, path) -> None:
+    """Refuses weights holding NaN or Inf: every prediction of the model would be NaN.
+
+    Args:
+        named_arrays: (tensor name, array) pairs, as they would be assigned (after the cast to the variable
+            dtype, so a float64 value beyond the float32 range counts as the Inf it becomes).
+        path: the file, for the message.
+
+    Raises:
+        ValueError: naming the file, the tensors and how many values are not finite.
+    """
+    found = _non_finite(named_arrays)
+    if found:
+        raise ValueError(
+            f"The weights file {os.fspath(path)!r} is damaged: it holds NaN or Inf values (or values too large "
+            f"for float32, which become Inf), so every prediction would be NaN. "
+            f"{_listing('tensors with non-finite values', found)}. "
+            "Delete the file and download or export it again; nothing was loaded."
+        )
 
 
 def load_checkpoint(model, checkpoint: Checkpoint, interpolation: str = "bilinear", label=None) -> LoadReport:
     """Loads a canonical checkpoint into a built model: everything is validated before anything is assigned.
 
     Raises:
-        ValueError: see `plan_load`.
+        ValueError: see `plan_load`; the model is untouched.
     """
     label = checkpoint.path if label is None else label
     assignments, report = plan_load(model, checkpoint, interpolation, label)
     for variable, array in assignments:
-        variable.assign(np.asarray(array, dtype=variable.dtype))
+        variable.assign(array)
     _report(model, checkpoint, report, label)
     return report
 
@@ -423,11 +497,11 @@ def load_weights(model, weights, interpolation: str = "bilinear") -> LoadReport 
 
     Args:
         model: a model built by `keras_vit.ViT` or a named constructor.
-        weights: a published name, a checkpoint path, or a Keras `.weights.h5` path.
+        weights: a published name, a checkpoint path, or a Keras `.weights.h5` or `.keras` path.
         interpolation: position-embedding resampling, `"bilinear"` (official) or `"bicubic"`.
 
     Returns:
-        A `LoadReport` for checkpoints; None for `.weights.h5` files.
+        A `LoadReport` for checkpoints; None for `.weights.h5` and `.keras` files.
 
     Raises:
         ValueError: unknown name, missing or unreadable file, or weights that do not match the model.
@@ -442,15 +516,27 @@ def load_weights(model, weights, interpolation: str = "bilinear") -> LoadReport 
     return load_checkpoint(model, checkpoint, interpolation=interpolation, label=weights)
 
 
-def _check_keras_weights_count(model, path: str) -> None:
-    """`model.load_weights` ignores file tensors the model lacks; refuse a file with more or fewer tensors."""
+def _h5_datasets(path: str) -> list[str]:
+    """The dataset names of a `.weights.h5` file, or of the `model.weights.h5` inside a `.keras` archive."""
     import h5py
 
     datasets = []
-    try:
+    visit = lambda name, item: datasets.append(name) if isinstance(item, h5py.Dataset) else None  # noqa: E731
+    if path.lower().endswith(".keras"):
+        with zipfile.ZipFile(path) as archive, archive.open("model.weights.h5") as stream:
+            with h5py.File(stream, "r") as file:
+                file.visititems(visit)
+    else:
         with h5py.File(path, "r") as file:
-            file.visititems(lambda name, item: datasets.append(name) if isinstance(item, h5py.Dataset) else None)
-    except OSError as error:
+            file.visititems(visit)
+    return datasets
+
+
+def _check_keras_weights_count(model, path: str) -> None:
+    """`model.load_weights` ignores file tensors the model lacks; refuse a file with more or fewer tensors."""
+    try:
+        datasets = _h5_datasets(path)
+    except (OSError, zipfile.BadZipFile) as error:
         raise ValueError(f"The weights file is truncated or corrupt. Received: weights={path!r} ({error})") from error
     if len(datasets) != len(model.weights):
         raise ValueError(
@@ -460,19 +546,30 @@ def _check_keras_weights_count(model, path: str) -> None:
         )
 
 
+def _restore(model, values) -> None:
+    for variable, value in zip(model.weights, values):  # never leave the model half-loaded
+        variable.assign(value)
+
+
 def _load_keras_weights(model, path: str) -> None:
     if not os.path.exists(path):
         raise ValueError(f"The weights file does not exist. Received: weights={path!r}")
-    if not path.endswith(".weights.h5"):
-        raise ValueError(f"Keras weights files must end in `.weights.h5`. Received: weights={path!r}")
+    if path.lower().endswith(".keras"):
+        check_keras_archive(path)
+    elif not path.endswith(".weights.h5"):
+        raise ValueError(f"Keras weights files must end in `.weights.h5` or `.keras`. Received: weights={path!r}")
     _check_keras_weights_count(model, path)
     before = [np.array(v) for v in model.weights]
     try:
         model.load_weights(path)
     except (ValueError, OSError, KeyError, zipfile.BadZipFile) as error:
-        for variable, value in zip(model.weights, before):  # never leave the model half-loaded
-            variable.assign(value)
+        _restore(model, before)
         raise ValueError(
             f"The weights file {path!r} does not match the architecture of model {model.name!r}, or is corrupt: "
             f"{error}"
         ) from error
+    try:
+        check_finite([(variable.path, np.asarray(variable)) for variable in model.weights], path)
+    except ValueError:
+        _restore(model, before)
+        raise

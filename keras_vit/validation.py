@@ -1,6 +1,10 @@
 """Up-front checks of constructor arguments; each error quotes the received value."""
 
+import math
+import numbers
+
 from keras_vit.layers.pooling import POOLING_MODES
+from keras_vit.pos_embed import METHODS as INTERPOLATIONS
 
 CLASSIFIERS = ("token", "gap")
 
@@ -14,6 +18,26 @@ def check_rate(name: str, value) -> None:
 def check_positive_int(name: str, value) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
+
+
+def check_positive_number(name: str, value) -> None:
+    """A finite real number > 0 (an epsilon); bools and strings are refused."""
+    if not isinstance(value, numbers.Real) or isinstance(value, bool) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"`{name}` must be a positive number, e.g. 1e-6. Received: {name}={value!r}")
+
+
+def check_bool(name: str, value) -> None:
+    """True or False, nothing that merely converts to one (1, "yes", None)."""
+    if not isinstance(value, bool):
+        raise ValueError(f"`{name}` must be a bool, True or False. Received: {name}={value!r}")
+
+
+def check_interpolation(value) -> None:
+    """A position-embedding resampling method of `keras_vit.pos_embed`, or None for the default."""
+    if value is not None and value not in INTERPOLATIONS:
+        raise ValueError(
+            f"`pos_embed_interpolation` must be one of {INTERPOLATIONS}. Received: pos_embed_interpolation={value!r}"
+        )
 
 
 def check_choice(name: str, value, choices) -> None:
@@ -57,16 +81,15 @@ def check_divisible(height: int, width: int, patch_size: int) -> None:
         )
 
 
-def resolve_input_shape(image_size, input_shape, input_tensor, patch_size: int) -> tuple[int, int, int]:
-    """The model's (height, width, channels), from `input_shape`, `input_tensor` or `image_size`.
+def _is_size(value) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value > 0
+
+
+def check_input_shape(input_shape) -> tuple:
+    """(height, width, channels) with known, positive integer sizes (a zero size would change the batch size).
 
     A ViT has a learned position embedding of fixed length, so height and width must be known.
     """
-    if input_shape is None and input_tensor is not None:
-        input_shape = tuple(input_tensor.shape[1:])
-    if input_shape is None:
-        height, width = as_pair("image_size", image_size)
-        input_shape = (height, width, 3)
     input_shape = tuple(input_shape)
     if len(input_shape) != 3:
         raise ValueError(
@@ -79,7 +102,23 @@ def resolve_input_shape(image_size, input_shape, input_tensor, patch_size: int) 
             "Pass `input_shape=(height, width, channels)` with integers (the position embeddings of "
             f"pretrained weights are resampled to it). Received: input_shape={input_shape}"
         )
-    if channels is None or channels < 1:
+    if not (_is_size(height) and _is_size(width)):
+        raise ValueError(
+            "The image height and width must be positive integers, multiples of the patch size, e.g. "
+            f"input_shape=(224, 224, 3). Received: input_shape={input_shape}"
+        )
+    if not _is_size(channels):
         raise ValueError(f"The channel count must be a positive integer. Received: input_shape={input_shape}")
+    return input_shape
+
+
+def resolve_input_shape(image_size, input_shape, input_tensor, patch_size: int) -> tuple[int, int, int]:
+    """The model's (height, width, channels), from `input_shape`, `input_tensor` or `image_size`."""
+    if input_shape is None and input_tensor is not None:
+        input_shape = tuple(input_tensor.shape[1:])
+    if input_shape is None:
+        height, width = as_pair("image_size", image_size)
+        input_shape = (height, width, 3)
+    height, width, channels = check_input_shape(input_shape)
     check_divisible(height, width, patch_size)
     return int(height), int(width), int(channels)

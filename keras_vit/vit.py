@@ -80,8 +80,8 @@ def ViT(
         weights: None (random initialisation, no network), a published name (`"imagenet21k"`,
             `"imagenet21k+imagenet2012"`, `"augreg_in21k"`, `"augreg_in21k_ft_in1k"`, ...; see
             `keras_vit.weights`), the path to an official `.npz`, a timm `.safetensors`, a Hugging Face ViT
-            folder or `model.safetensors`, or a Keras `.weights.h5` of the same architecture. Checkpoints are
-            loaded strictly (see `keras_vit.loading`); a different input size resamples the position
+            folder or `model.safetensors`, or a Keras `.weights.h5` or `.keras` file of the same architecture.
+            Checkpoints are loaded strictly (see `keras_vit.loading`); a different input size resamples the position
             embedding (logged).
         input_tensor: optional Keras tensor (`keras.Input(...)` or a layer output) to use as the image input.
         input_shape: (height, width, channels), channels last; overrides `image_size`.
@@ -140,6 +140,9 @@ def ViT(
         validation.check_positive_int("representation_size", representation_size)
     for arg in ("dropout_rate", "attention_dropout_rate", "drop_path_rate"):
         validation.check_rate(arg, locals()[arg])
+    validation.check_bool("gelu_approximate", gelu_approximate)
+    validation.check_positive_number("layer_norm_epsilon", layer_norm_epsilon)
+    validation.check_interpolation(pos_embed_interpolation)
     if hidden_size % num_heads:
         raise ValueError(
             f"`hidden_size` must be divisible by `num_heads`. Received: hidden_size={hidden_size}, "

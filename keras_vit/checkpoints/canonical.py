@@ -6,6 +6,10 @@ no `params/` or `opt/target/` prefix, one entry per block (`Transformer/encoderb
 kernels (D, heads, head_dim), patch embedding kernel HWIO (P, P, C, D). The loader maps this layout onto a
 Keras model by explicit layer names; nothing else needs to know a foreign format.
 
+A value may be a `LazyArray` (the `.npz` reader's): its shape and dtype are known from the file's headers and
+its data is read on the first `np.asarray`, so a load is checked against the model before anything is
+decompressed, and arrays the model does not use never are.
+
 Example:
     >>> import numpy as np
     >>> ckpt = Checkpoint(params={"cls": np.zeros((1, 1, 8))}, source="official", path="x.npz",
@@ -15,6 +19,7 @@ Example:
 """
 
 import dataclasses
+import math
 
 import numpy as np
 
@@ -40,3 +45,48 @@ class Checkpoint:
     path: str
     gelu_approximate: bool
     layer_norm_epsilon: float
+
+
+class LazyArray:
+    """An array known by its shape and dtype, computed on the first `np.asarray(...)` and then kept.
+
+    Args:
+        shape: the array's shape.
+        dtype: its dtype.
+        compute: a function of no arguments returning the array.
+
+    Example:
+        >>> lazy = LazyArray((2, 3), "float32", lambda: np.ones((2, 3), "float32"))
+        >>> lazy[0].shape, np.asarray(lazy.reshape((3, 2))).tolist()
+        ((3,), [[1.0, 1.0], [1.0, 1.0], [1.0, 1.0]])
+    """
+
+    def __init__(self, shape, dtype, compute):
+        self.shape = tuple(int(n) for n in shape)
+        self.dtype = np.dtype(dtype)
+        self._compute = compute
+        self._value = None
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    def __array__(self, dtype=None, copy=None):
+        if self._value is None:
+            self._value = np.asarray(self._compute())
+        value = self._value if dtype is None else self._value.astype(dtype, copy=False)
+        return value.copy() if copy else value
+
+    def __getitem__(self, index: int) -> "LazyArray":
+        """Row `index` of the first axis (one block of a scanned array)."""
+        return LazyArray(self.shape[1:], self.dtype, lambda: np.asarray(self)[index])
+
+    def reshape(self, *shape) -> "LazyArray":
+        shape = tuple(shape[0]) if len(shape) == 1 and not isinstance(shape[0], int) else shape
+        if math.prod(shape) != self.size:
+            raise ValueError(f"Cannot reshape an array of shape {self.shape} to {shape}.")
+        return LazyArray(shape, self.dtype, lambda: np.asarray(self).reshape(shape))

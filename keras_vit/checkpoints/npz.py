@@ -1,6 +1,9 @@
 """Reader of the official ViT `.npz` checkpoints (vit_jax, big_vision, AugReg) into a `Checkpoint`.
 
-The files are read with `np.load(..., allow_pickle=False)`: arrays only, never pickled objects. Every
+The files are read with `np.lib.format.read_array(..., allow_pickle=False)`: arrays only, never pickled
+objects. Names, dtypes and shapes are first read from the zip and .npy headers (a member whose header
+disagrees with its size is refused), and an array's data is decompressed only when the loader assigns it, so
+a small file claiming gigabytes of unused or mis-shaped zeros is refused without reading them. Every
 spelling the official code has used is translated to the released pre-Linen names of
 ../shared/REFERENCE.md:
 
@@ -24,12 +27,14 @@ Example:
 """
 
 import logging
+import math
 import re
 import zipfile
+import zlib
 
 import numpy as np
 
-from keras_vit.checkpoints.canonical import Checkpoint
+from keras_vit.checkpoints.canonical import Checkpoint, LazyArray
 
 PREFIXES = ("params/", "opt/target/")
 _LINEN_BLOCK_NAMES = {
@@ -38,6 +43,10 @@ _LINEN_BLOCK_NAMES = {
     "MlpBlock_0": "MlpBlock_3",
 }
 _SCANNED = "Transformer/encoderblock/"
+_READ_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, KeyError, NotImplementedError,
+                RuntimeError)  # RuntimeError: an encrypted member; NotImplementedError: an unknown compression
+_MAX_NDIM = 8  # a scanned attention kernel, the deepest array of any ViT checkpoint, has 4 axes
+_MAX_ELEMENTS = 1 << 32  # 16 GiB of float32 in one array: more than any published ViT holds in all of them
 
 
 def _strip_prefix(key: str) -> str:
@@ -91,25 +100,97 @@ def normalise(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return out
 
 
+def _header(stream, name: str):
+    """(shape, fortran_order, dtype) of the .npy member `name`, read from its header alone."""
+    version = np.lib.format.read_magic(stream)
+    readers = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+    if version not in readers:
+        raise ValueError(f"member {name!r} has an unsupported .npy format version {version}")
+    return readers[version](stream)
+
+
+def _check_member(info: zipfile.ZipInfo, stream) -> tuple[tuple, np.dtype]:
+    """The shape and dtype of one member from its headers, or a ValueError saying why it is not a sane array.
+
+    The data size its .npy header claims (shape x itemsize) must be what the zip says it decompresses to: a
+    member that lies about either is refused before anything is decompressed.
+    """
+    name = info.filename
+    shape, _, dtype = _header(stream, name)
+    if dtype.hasobject:
+        raise ValueError(f"member {name!r} holds pickled Python objects (dtype {dtype}), which are never loaded "
+                         "(allow_pickle=False)")
+    if not (dtype.kind in "fiu" or (dtype.kind == "V" and dtype.itemsize == 2 and dtype.fields is None)):
+        raise ValueError(f"member {name!r} has an unsupported array dtype {dtype}")
+    if len(shape) > _MAX_NDIM or any(n < 0 for n in shape) or math.prod(shape) > _MAX_ELEMENTS:
+        raise ValueError(f"member {name!r} claims an unreasonable shape {shape}")
+    claimed = math.prod(shape) * dtype.itemsize
+    if info.file_size - stream.tell() != claimed:
+        raise ValueError(
+            f"member {name!r} claims shape {shape} of {dtype} ({claimed:,} bytes) but the zip says it holds "
+            f"{info.file_size - stream.tell():,} bytes of data"
+        )
+    return shape, dtype
+
+
+def _reader(path: str, member: str):
+    """The function that decompresses one member (called by `LazyArray` when the data is needed)."""
+
+    def read():
+        try:
+            with zipfile.ZipFile(path) as archive, archive.open(member) as stream:
+                return _as_float(np.lib.format.read_array(stream, allow_pickle=False))
+        except _READ_ERRORS as error:
+            raise _unreadable(path, error) from error
+
+    return read
+
+
+def _unreadable(path: str, error: Exception) -> ValueError:
+    return ValueError(
+        f"Cannot read the .npz checkpoint {path!r}: the file is truncated, corrupt or not an array "
+        f"archive ({type(error).__name__}: {error}). If it was downloaded, delete it and download again."
+    )
+
+
+def read_lazy(path: str) -> dict[str, LazyArray]:
+    """Every array of an `.npz` file as a `LazyArray`: names, shapes and dtypes come from the zip and .npy
+    headers, and no data is decompressed until an array is converted with `np.asarray`.
+
+    Raises:
+        ValueError: for a file that is not a readable `.npz` (truncated, corrupt, pickled objects, members
+            whose headers disagree with their sizes, duplicate names).
+    """
+    path = str(path)
+    arrays = {}
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for info in archive.infolist():
+                if info.is_dir():
+                    continue
+                if not info.filename.endswith(".npy"):
+                    raise ValueError(f"member {info.filename!r} is not a .npy array")
+                key = info.filename[: -len(".npy")]
+                if key in arrays:
+                    raise ValueError(f"the archive holds two members named {info.filename!r}")
+                with archive.open(info) as stream:
+                    shape, dtype = _check_member(info, stream)
+                wide = np.float32 if dtype.kind == "V" else dtype  # bfloat16 is widened when read
+                arrays[key] = LazyArray(shape, wide, _reader(path, info.filename))
+    except _READ_ERRORS as error:
+        raise _unreadable(path, error) from error
+    if not arrays:
+        raise ValueError(f"The .npz checkpoint {path!r} holds no arrays.")
+    return arrays
+
+
 def read_arrays(path: str) -> dict[str, np.ndarray]:
     """All arrays of an `.npz` file, read eagerly (so a truncated member fails here, not later).
 
     Raises:
         ValueError: for a file that is not a readable `.npz` (truncated, corrupt, pickled objects).
     """
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            if not isinstance(data, np.lib.npyio.NpzFile):
-                raise ValueError("it holds a single array, not a named set of arrays (.npz)")
-            arrays = {key: _as_float(data[key]) for key in data.files}
-    except (zipfile.BadZipFile, EOFError, OSError, ValueError, KeyError) as error:
-        raise ValueError(
-            f"Cannot read the .npz checkpoint {path!r}: the file is truncated, corrupt or not an array "
-            f"archive ({type(error).__name__}: {error}). If it was downloaded, delete it and download again."
-        ) from error
-    if not arrays:
-        raise ValueError(f"The .npz checkpoint {path!r} holds no arrays.")
-    return arrays
+    return {key: np.asarray(value) for key, value in read_lazy(path).items()}
 
 
 def read(path: str) -> Checkpoint:
@@ -126,7 +207,7 @@ def read(path: str) -> Checkpoint:
     """
     from keras_vit.checkpoints.resnet_names import canonical_resnet_array, is_resnet_key
 
-    arrays = read_arrays(path)
+    arrays = read_lazy(path)
     state = [k for k in arrays if k.startswith("opt/") and not k.startswith("opt/target/")]
     if state and any(k.startswith("opt/target/") for k in arrays):
         logging.getLogger("keras_vit").info("Skipped %d optimizer-state arrays of %s (%s, ...).", len(state), path,

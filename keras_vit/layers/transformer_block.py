@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_vit import validation
 from keras_vit.layers.attention import MultiHeadSelfAttention
 from keras_vit.layers.drop_path import DropPath
 from keras_vit.layers.initializers import glorot_uniform
@@ -51,6 +52,8 @@ class TransformerBlock(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
+        validation.check_positive_number("layer_norm_epsilon", layer_norm_epsilon)
+        validation.check_bool("gelu_approximate", gelu_approximate)
         self.num_heads = num_heads
         self.mlp_dim = mlp_dim
         self.dropout_rate = dropout_rate
