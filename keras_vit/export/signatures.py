@@ -132,7 +132,8 @@ class Signatures:
         spec = self._spec
         shape = tf.shape(images)
         expected = tf.constant([spec.height, spec.width, 3])
-        # The signature leaves the rank unknown, so this check runs (a declared rank 4 is folded away).
+        # The declared rank (4) lets graph optimisation fold a rank test away, but a server may still feed
+        # another rank: the shape padded to 4 entries then differs from (batch, H, W, 3) in its last ones.
         rank_four = tf.equal(tf.size(shape), 4)
         padded = tf.concat([shape, tf.zeros([4], tf.int32)], 0)[:4]
         right_size = tf.logical_and(rank_four, tf.reduce_all(tf.equal(padded[1:], expected)))
@@ -182,7 +183,7 @@ class Signatures:
             root.labels_asset = self._labels_asset
             root.label_table = self._table
         encoded = tf.TensorSpec([None], tf.string, name="images")
-        pixels = tf.TensorSpec(None, tf.float32, name="images")  # any rank: `_check_pixels` names a wrong one
+        pixels = tf.TensorSpec([None, self._spec.height, self._spec.width, 3], tf.float32, name="images")
         float_name = "features" if self._spec.classes is None else "predict_images"
         root.serving_default = tf.function(self.serve_encoded, input_signature=[encoded])
         setattr(root, float_name, tf.function(self.predict_images, input_signature=[pixels]))
