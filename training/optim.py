@@ -7,7 +7,8 @@
 Weight decay applies to kernels only (not biases, LayerNorm scales, class token, position embedding), as
 big_vision's `wd` rule `.*/kernel$`; the kernels are found by layer type (the `kernel` of every Dense,
 EinsumDense and convolution, including the hybrid's `StdConv2D`), not by variable name. The schedule is a linear warm-up from 0 to `learning_rate` over
-`warmup_steps`, then linear decay to 0 or cosine decay to 0 (or constant). Gradient clipping by global norm
+`warmup_steps`, then linear decay to 0 or cosine decay to 0 (or constant); a warm-up longer than a quarter
+of the run is clamped to a tenth of it (`fitted_warmup`), so a short run still decays. Gradient clipping by global norm
 is done by the training loop after the cross-replica sum (Keras' `global_clipnorm` would clip each
 replica's partial gradient). float16 training wraps the optimizer in `LossScaleOptimizer`.
 
@@ -72,6 +73,26 @@ class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
         return dict(peak=self.peak, total_steps=self.total_steps, warmup_steps=self.warmup_steps, decay=self.decay)
 
 
+MAX_WARMUP_SHARE = 0.25  # a longer warm-up leaves too little of the run to decay in
+CLAMPED_WARMUP_SHARE = 0.1
+
+
+def fitted_warmup(warmup_steps: int, total_steps: int) -> tuple[int, str | None]:
+    """The warm-up a run of `total_steps` gets, and a note to print when it is not `warmup_steps`.
+
+    Example:
+        >>> fitted_warmup(100, 2000)
+        (100, None)
+        >>> fitted_warmup(100, 75)[0]
+        7
+    """
+    if warmup_steps <= MAX_WARMUP_SHARE * total_steps:
+        return warmup_steps, None
+    clamped = max(1, int(CLAMPED_WARMUP_SHARE * total_steps))
+    return clamped, (f"warm-up of {warmup_steps} steps is over {MAX_WARMUP_SHARE:.0%} of this {total_steps}-step run: "
+                     f"clamped to {clamped} steps ({CLAMPED_WARMUP_SHARE:.0%}); pass a smaller --warmup_steps to choose")
+
+
 def decayed_variables(model: keras.Model) -> list:
     """The kernels of `model`'s Dense, EinsumDense and convolution layers, found by walking its layers."""
     return [layer.kernel for layer in model._flatten_layers(include_self=True, recursive=True)
@@ -83,7 +104,8 @@ def make_optimizer(cfg, total_steps: int, model: keras.Model) -> keras.optimizer
 
     Call it inside the strategy scope. Returns a `LossScaleOptimizer` for float16.
     """
-    schedule = WarmupSchedule(cfg.learning_rate, total_steps, min(cfg.warmup_steps, total_steps), cfg.schedule)
+    schedule = WarmupSchedule(cfg.learning_rate, total_steps, fitted_warmup(cfg.warmup_steps, total_steps)[0],
+                              cfg.schedule)
     weight_decay = cfg.weight_decay or None
     if cfg.optimizer == "sgd":
         optimizer = keras.optimizers.SGD(schedule, momentum=cfg.momentum, weight_decay=weight_decay)

@@ -1,0 +1,121 @@
+"""Image folders that can be made offline, for the training-quality benchmark (`train_quality.py`).
+
+Each writes the ImageFolder layout `ROOT/{train,test}/<class>/*.png` that both the training app
+(`--dataset=folder:ROOT`) and a plain Keras script can read:
+
+- `digits28`: scikit-learn's 8x8 handwritten digits made MNIST-like: upscaled to 17-22 px, rotated up to
+  15 degrees, strokes thickened half of the time, placed near the centre of a black 28x28 canvas with a
+  few pixels of jitter; train and test come from disjoint original digits.
+- `shapes`: ten generated shapes with random size, position, colours and noise (`train_shapes_folder.py`).
+- `textures`: eight colour-texture classes (stripes at three angles, checkerboard, dots, rings, smooth
+  blobs, a colour gradient) with random frequency, phase, colours and noise.
+
+Example:
+    >>> import tempfile
+    >>> root = tempfile.mkdtemp()
+    >>> make("textures", root, train_per_class=2, test_per_class=1)
+    8
+"""
+
+import os
+
+import numpy as np
+
+SIZE = 28
+TEXTURES = ("hstripes", "vstripes", "dstripes", "checker", "dots", "rings", "blobs", "gradient")
+
+
+def _save(image: np.ndarray, path: str) -> None:
+    from PIL import Image
+
+    Image.fromarray(image).save(path)
+
+
+def _mnist_like(digit_8x8: np.ndarray, rng) -> np.ndarray:
+    from PIL import Image, ImageFilter
+
+    digit = Image.fromarray((digit_8x8.reshape(8, 8) * 255 / 16).astype(np.uint8))
+    digit = digit.resize((20, 20), Image.BICUBIC).rotate(rng.uniform(-15, 15), resample=Image.BILINEAR)
+    side = int(rng.integers(17, 23))
+    digit = digit.resize((side, side), Image.BILINEAR)
+    if rng.random() < 0.5:
+        digit = digit.filter(ImageFilter.MaxFilter(3))
+    canvas = Image.new("L", (SIZE, SIZE))
+    top, left = (SIZE - side) // 2 + rng.integers(-2, 3, size=2)
+    canvas.paste(digit, (int(left), int(top)))
+    return np.asarray(canvas)
+
+
+def _digits28(root, train_per_class, test_per_class, rng):
+    from sklearn.datasets import load_digits
+
+    images, labels = load_digits(return_X_y=True)
+    is_test = np.zeros(len(images), bool)
+    is_test[rng.permutation(len(images))[: len(images) // 5]] = True
+    for split, count, originals in (("train", train_per_class, ~is_test), ("test", test_per_class, is_test)):
+        for label in range(10):
+            pool = np.flatnonzero(originals & (labels == label))
+            folder = os.path.join(root, split, str(label))
+            os.makedirs(folder, exist_ok=True)
+            for i in range(count):  # cycles through the class's originals, each copy newly distorted
+                _save(_mnist_like(images[pool[i % len(pool)]], rng), os.path.join(folder, f"{i:05d}.png"))
+
+
+def texture(kind: str, rng) -> np.ndarray:
+    """One 28x28 RGB uint8 image of the texture class `kind`."""
+    y, x = np.mgrid[0:SIZE, 0:SIZE].astype(np.float32)
+    period = rng.uniform(4, 9)
+    phase = rng.uniform(0, 2 * np.pi)
+    cy, cx = rng.uniform(6, SIZE - 6, size=2)
+    angle = {"hstripes": 0.0, "vstripes": np.pi / 2, "dstripes": np.pi / 4}.get(kind, 0.0) + rng.uniform(-0.15, 0.15)
+    if kind in ("hstripes", "vstripes", "dstripes"):
+        value = np.sin(2 * np.pi * (y * np.cos(angle) + x * np.sin(angle)) / period + phase) > 0
+    elif kind == "checker":
+        value = (np.floor((y + phase) / (period / 1.5)) + np.floor((x + phase) / (period / 1.5))) % 2 == 0
+    elif kind == "dots":
+        value = np.hypot((y + phase) % period - period / 2, (x + phase) % period - period / 2) < period / 4
+    elif kind == "rings":
+        value = np.sin(2 * np.pi * np.hypot(y - cy, x - cx) / period + phase) > 0
+    elif kind == "blobs":
+        noise = rng.normal(size=(4, 4))
+        from PIL import Image
+
+        smooth = np.asarray(Image.fromarray(noise.astype(np.float32)).resize((SIZE, SIZE), Image.BICUBIC))
+        value = smooth > 0
+    else:  # gradient
+        value = np.zeros((SIZE, SIZE), bool)  # replaced by the colour ramp below
+    first = rng.uniform(0, 255, size=3)
+    second = (first + rng.uniform(90, 165, size=3)) % 256  # far enough apart to see the pattern
+    image = np.where(value[..., None], first, second)
+    if kind == "gradient":
+        t = ((y * np.cos(angle + phase) + x * np.sin(angle + phase)) / SIZE)[..., None]
+        t = (t - t.min()) / (np.ptp(t) + 1e-6)
+        image = first * t + second * (1 - t)
+    image = image + rng.normal(0, 20, size=image.shape)
+    return np.clip(image, 0, 255).astype(np.uint8)
+
+
+def _images(root, classes, draw, train_per_class, test_per_class, rng):
+    for split, count in (("train", train_per_class), ("test", test_per_class)):
+        for name in classes:
+            folder = os.path.join(root, split, name)
+            os.makedirs(folder, exist_ok=True)
+            for i in range(count):
+                _save(draw(name, rng), os.path.join(folder, f"{i:05d}.png"))
+
+
+def make(kind: str, root: str, train_per_class: int, test_per_class: int, seed: int = 0) -> int:
+    """Writes the folder `kind` under `root`; returns its number of classes."""
+    rng = np.random.default_rng(seed)
+    if kind == "digits28":
+        _digits28(root, train_per_class, test_per_class, rng)
+        return 10
+    if kind == "shapes":
+        from train_shapes_folder import SHAPES, draw
+
+        _images(root, SHAPES, draw, train_per_class, test_per_class, rng)
+        return len(SHAPES)
+    if kind == "textures":
+        _images(root, TEXTURES, texture, train_per_class, test_per_class, rng)
+        return len(TEXTURES)
+    raise ValueError(f"Unknown folder kind. Received: kind={kind!r}; known: digits28, shapes, textures")
