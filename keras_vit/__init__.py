@@ -22,6 +22,7 @@ from keras_vit.applications import (
 from keras_vit.layers import DropPath, MultiHeadSelfAttention, PatchEncoder, Patches, TokenPooling, TransformerBlock
 from keras_vit.preprocessing import decode_predictions, preprocess_input
 from keras_vit.vit import ViT
+from keras_vit.weights import WeightsChecksumError, WeightsDownloadError
 
 __version__ = "0.1.0"
 
@@ -45,5 +46,7 @@ __all__ = [
     "TokenPooling",
     "preprocess_input",
     "decode_predictions",
+    "WeightsDownloadError",
+    "WeightsChecksumError",
     "__version__",
 ]

@@ -3,15 +3,16 @@ contract: `include_top, weights, input_tensor, input_shape, pooling, classes, cl
 
 from keras_vit import vit
 from keras_vit.variants import VARIANTS, Variant
-from keras_vit.weights import DEFAULT_WEIGHTS
+from keras_vit.weights import DEFAULT_WEIGHTS, IMAGENET_WEIGHTS
 
 _DOCSTRING = """Instantiates {hybrid}ViT-{width}/{patch} (paper Table 1: {layers} layers, D={hidden}, MLP {mlp}, {heads} heads).
 
     Args:
         include_top: add the [class]-token pooling and the classification `head`.
         weights: {default_weights} (default: its best published checkpoint, downloaded once into the Keras
-            cache), another published name, None (random initialisation, no network) or a path to a
-            checkpoint or `.weights.h5` file (see `keras_vit.ViT` and `keras_vit.weights`).
+            cache), another published name, `"imagenet"` (its best ImageNet-1k fine-tune: {imagenet}), None
+            (random initialisation, no network) or a path to a checkpoint or `.weights.h5` file (see
+            `keras_vit.ViT` and `keras_vit.weights`).
         input_tensor: optional Keras tensor to use as image input.
         input_shape: (height, width, channels), multiples of {patch}; default: the checkpoint's resolution
             ((224, 224, 3) without weights). Another size resamples the position embedding.
@@ -70,6 +71,7 @@ def _constructor(variant: Variant):
         heads=variant.num_heads,
         constructor=variant.constructor_name,
         default_weights=repr(DEFAULT_WEIGHTS.get(variant.name)),
+        imagenet=repr(IMAGENET_WEIGHTS[variant.name]) if variant.name in IMAGENET_WEIGHTS else "none published",
         hybrid=f"{variant.hybrid.upper()}+" if variant.hybrid else "",
     )
     return constructor
@@ -104,13 +106,15 @@ def build_model(model: str, weights=None, **kwargs):
         A `keras.Model`.
 
     Raises:
-        ValueError: an unknown name, a missing or corrupt `.keras` file, or weights that do not fit.
+        ValueError: an unknown name, a missing or corrupt `.keras` file, a `.keras` file using a class Keras
+            cannot find (a custom layer whose module was not imported), or weights that do not fit.
 
     Example:
         >>> build_model("vit_ti16", weights=None, input_shape=(32, 32, 3), classes=3).output_shape
         (None, 3)
     """
     import os
+    import re
 
     import keras
 
@@ -125,7 +129,19 @@ def build_model(model: str, weights=None, **kwargs):
     if not os.path.exists(model):
         raise ValueError(f"The model file does not exist. Received: {model!r}")
     loading.check_keras_archive(model)
-    loaded = keras.saving.load_model(model, safe_mode=True)
+    try:
+        loaded = keras.saving.load_model(model, safe_mode=True)
+    except TypeError as error:
+        missing = re.search(r"Could not locate (?:class|function) '([^']+)'", str(error))
+        if missing is None:
+            raise
+        raise ValueError(
+            f"Cannot load the model file {model!r}: it uses {missing.group(1)!r}, which no imported module has "
+            "registered with Keras. keras_vit's own layers are registered by `import keras_vit` (done here); a "
+            "custom layer or function of your own must be decorated with "
+            "`@keras.saving.register_keras_serializable()` and its module imported before loading. "
+            f"Received: model={model!r}"
+        ) from None
     if weights is not None:
         loading.load_weights(loaded, weights)
     return loaded

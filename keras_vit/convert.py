@@ -2,28 +2,35 @@
 
 Converts any supported checkpoint (an official `.npz` in any spelling, a timm `.safetensors`, a Hugging Face
 ViT folder, or a published name together with `--variant`) into a Keras `.weights.h5` file, loading it
-strictly on the way, and prints the sha256 of the result, a summary of the architecture and the call that
-rebuilds the model around the converted weights.
+strictly on the way, and prints the sha256 of the source file (for a published name: the downloaded file, the
+value to pin into `keras_vit.weights`; for a Hugging Face folder: its `model.safetensors`) and of the written
+file, a summary of the architecture and the call that rebuilds the model around the converted weights.
 
 Example:
     python -m keras_vit.convert ViT-B_16.npz vit_b16_in21k.weights.h5 --variant vit_b16
 """
 
 import argparse
-import hashlib
 import os
 import sys
 
 from keras_vit.rebuild import ARGUMENT_ORDER, architecture_of
+from keras_vit.weights import sha256
 
 
-def sha256(path: str) -> str:
-    """Hex sha256 of a file."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+def source_file(source, variant: str | None = None) -> str | None:
+    """The file whose sha256 identifies `source`: the file itself, the cached download of a published name, or
+    the `model.safetensors` of a Hugging Face folder; None when there is no single such file."""
+    from keras_vit import loading
+    from keras_vit.variants import get_variant
+
+    if not loading.is_path(source):
+        path, _ = loading.resolve_path(source, get_variant(variant).name if variant else None)
+        return path
+    path = os.fspath(source)
+    if os.path.isdir(path):
+        path = os.path.join(path, "model.safetensors")
+    return path if os.path.isfile(path) else None
 
 
 def check_destination(destination: str) -> None:
@@ -74,6 +81,7 @@ def convert(source, destination: str, variant: str | None = None, image_size: in
     Raises:
         ValueError: a bad or unwritable destination, an unknown variant, or any loading error (a damaged file
             holding NaN or Inf included).
+        keras_vit.WeightsDownloadError: a published name whose file cannot be downloaded (an `OSError`).
     """
     import keras_vit
     from keras_vit.applications import CONSTRUCTORS
@@ -90,19 +98,29 @@ def convert(source, destination: str, variant: str | None = None, image_size: in
     return model, sha256(destination)
 
 
-def summary(model, source, destination: str, digest: str) -> str:
-    """The text the CLI prints."""
+def summary(model, source, destination: str, digest: str, source_path: str | None = None) -> str:
+    """The text the CLI prints.
+
+    Args:
+        digest: sha256 of the written file.
+        source_path: the file `source` was read from (`source_file`), whose sha256 is printed; None: not printed.
+    """
     args = architecture_of(model)
     rebuild = ", ".join(f"{k}={args[k]!r}" for k in ARGUMENT_ORDER if k in args and (k != "hybrid" or args[k]))
+    source_line = []
+    if source_path is not None:
+        where = "" if os.fspath(source_path) == os.fspath(source) else f" ({source_path})"
+        source_line = [f"source sha256:  {sha256(source_path)}{where}"]
     return "\n".join([
-        f"source:      {source}",
-        f"written:     {destination}",
-        f"sha256:      {digest}",
-        f"parameters:  {model.count_params():,}",
-        f"input:       {model.input_shape[1]}x{model.input_shape[2]}x{model.input_shape[3]}",
-        f"classes:     {args['classes']} ({args['classifier']} classifier"
+        f"source:         {source}",
+        *source_line,
+        f"written:        {destination}",
+        f"written sha256: {digest}",
+        f"parameters:     {model.count_params():,}",
+        f"input:          {model.input_shape[1]}x{model.input_shape[2]}x{model.input_shape[3]}",
+        f"classes:        {args['classes']} ({args['classifier']} classifier"
         + (f", pre_logits {args['representation_size']})" if args["representation_size"] else ")"),
-        f"rebuild:     keras_vit.ViT({rebuild}, weights={destination!r})",
+        f"rebuild:        keras_vit.ViT({rebuild}, weights={destination!r})",
     ])
 
 
@@ -116,10 +134,11 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         model, digest = convert(args.source, args.destination, args.variant, args.image_size, args.classes)
-    except ValueError as error:
+        source_path = source_file(args.source, args.variant)
+    except (ValueError, OSError) as error:  # OSError: keras_vit.WeightsDownloadError for a published name
         print(f"error: {error}", file=sys.stderr)
         return 1
-    print(summary(model, args.source, args.destination, digest))
+    print(summary(model, args.source, args.destination, digest, source_path))
     return 0
 
 

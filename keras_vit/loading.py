@@ -8,8 +8,11 @@ format is detected from the file itself. For checkpoints, `ViT(weights=...)` rea
 architecture from its shapes (validating what the caller fixed), builds a fresh model and then loads it, so
 a failed load never leaves a half-loaded model behind. Resolution changes resample the position embedding
 (paper section 3.2, `keras_vit.pos_embed`); a different number of classes gets a new zero-initialised head
-(as the paper's fine-tuning); `include_top=False` skips the head. Each of these is logged on the
-`"keras_vit"` logger; a raw ImageNet-21k zero head used for inference raises a `UserWarning`.
+(as the paper's fine-tuning); `include_top=False` skips the head. These decisions are reported on the
+`"keras_vit"` logger, one line each: a resampled position embedding, a new head and the pre_logits it drops
+at WARNING, so that Python prints them to stderr even when logging is not configured (quiet them with
+`logging.getLogger("keras_vit").setLevel(logging.ERROR)`); what the user asked for (`include_top=False`) and
+the count of loaded arrays at INFO. A raw ImageNet-21k zero head used for inference raises a `UserWarning`.
 
 Example:
     >>> import keras_vit
@@ -72,7 +75,7 @@ def is_path(weights) -> bool:
             "`weights` must be None, a published name or the path to a weights file or folder. "
             f"Received: weights={weights!r}"
         )
-    if weights in weights_table.all_names():
+    if weights_table.is_name(weights):
         return False
     return "/" in weights or os.sep in weights or weights.lower().endswith(_FILE_SUFFIXES) or os.path.exists(weights)
 
@@ -106,16 +109,18 @@ def resolve_path(weights, variant: str | None) -> tuple[str, weights_table.Weigh
 
     Raises:
         ValueError: an unknown name (listing the known ones) or a path that does not exist.
+        keras_vit.WeightsDownloadError: a published file that cannot be downloaded (an `OSError`).
     """
     if is_path(weights):
         path = os.fspath(weights)
         if not os.path.exists(path):
             raise ValueError(f"The weights file does not exist. Received: weights={weights!r}")
         return path, None
-    if weights not in weights_table.all_names():
+    if not weights_table.is_name(weights):
         raise ValueError(
             f"Unknown weights name. Received: weights={weights!r}. Known names: "
             f"{', '.join(repr(n) for n in weights_table.all_names())} (not every variant has every one), "
+            f"{weights_table.IMAGENET_ALIAS!r} (each variant's best ImageNet-1k fine-tune), "
             "None, or the path to a .npz, .safetensors, Hugging Face folder or .weights.h5 file."
         )
     entry = weights_table.get_entry(variant, weights)
@@ -452,17 +457,18 @@ def load_checkpoint(model, checkpoint: Checkpoint, interpolation: str = "bilinea
 
 
 def _report(model, checkpoint, report: LoadReport, label) -> None:
+    """One line per decision; those the caller may not expect at WARNING, visible without logging setup."""
     log.info("Loaded %d arrays of %s (%s) into %r.", len(report.loaded), label, checkpoint.source, model.name)
     if report.resampled:
         old, new, method = report.resampled
-        log.info("Resampled the position embedding from a %dx%d to a %dx%d patch grid (%s, class token kept).",
-                 *old, *new, method)
+        log.warning("Resampled the position embedding from a %dx%d to a %dx%d patch grid (%s, class token kept).",
+                    *old, *new, method)
     if report.skipped and "head" not in {layer.name for layer in model.layers}:
         log.info("Skipped %s: the model has no classification head (include_top=False).",
                  ", ".join(sorted(report.skipped)))
     elif report.skipped:
-        log.info("Skipped %s: fine-tuning with a new head drops pre_logits, as the official code does "
-                 "(pass representation_size=N to keep it).", ", ".join(sorted(report.skipped)))
+        log.warning("Skipped %s: fine-tuning with a new head drops pre_logits, as the official code does "
+                    "(pass representation_size=N to keep it).", ", ".join(sorted(report.skipped)))
     head_new = [k for k in report.reinitialised if k.startswith("head/")]
     if head_new:
         kernel = checkpoint.params.get("head/kernel")
@@ -559,7 +565,9 @@ def _load_keras_weights(model, path: str) -> None:
     elif not path.endswith(".weights.h5"):
         raise ValueError(f"Keras weights files must end in `.weights.h5` or `.keras`. Received: weights={path!r}")
     _check_keras_weights_count(model, path)
-    before = [np.array(v) for v in model.weights]
+    # `variable.numpy()`, not `np.array(variable)`: Keras variables' `__array__` takes no `copy` argument, for
+    # which numpy 2 emits a DeprecationWarning per variable; the copy keeps the snapshot independent.
+    before = [np.array(v.numpy(), copy=True) for v in model.weights]
     try:
         model.load_weights(path)
     except (ValueError, OSError, KeyError, zipfile.BadZipFile) as error:
@@ -569,7 +577,7 @@ def _load_keras_weights(model, path: str) -> None:
             f"{error}"
         ) from error
     try:
-        check_finite([(variable.path, np.asarray(variable)) for variable in model.weights], path)
+        check_finite([(variable.path, variable.numpy()) for variable in model.weights], path)
     except ValueError:
         _restore(model, before)
         raise

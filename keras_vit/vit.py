@@ -69,7 +69,7 @@ def ViT(
         num_heads: attention heads per block [12].
         mlp_dim: hidden width of each block's MLP [3072].
         classes: number of classes of the head (with `include_top=True`) [the checkpoint's, else 1000].
-            Different from the checkpoint's: a new zero-initialised head (logged).
+            Different from the checkpoint's: a new zero-initialised head (reported, as resampling).
         classifier: `"token"` (prepend a [class] token and classify from it) or `"gap"` (no class token;
             classify the mean of the patch tokens) ["token"].
         representation_size: width of the tanh `pre_logits` layer before the head (the imagenet21k
@@ -79,10 +79,11 @@ def ViT(
             normalised tokens (B, T, D), or a (B, D) vector with `pooling`.
         weights: None (random initialisation, no network), a published name (`"imagenet21k"`,
             `"imagenet21k+imagenet2012"`, `"augreg_in21k"`, `"augreg_in21k_ft_in1k"`, ...; see
-            `keras_vit.weights`), the path to an official `.npz`, a timm `.safetensors`, a Hugging Face ViT
+            `keras_vit.weights`; `"imagenet"` is the variant's best ImageNet-1k fine-tune), the path to an official `.npz`, a timm `.safetensors`, a Hugging Face ViT
             folder or `model.safetensors`, or a Keras `.weights.h5` or `.keras` file of the same architecture.
             Checkpoints are loaded strictly (see `keras_vit.loading`); a different input size resamples the position
-            embedding (logged).
+            embedding (reported on the "keras_vit" logger at WARNING, printed to stderr by default). A failed
+            download raises `keras_vit.WeightsDownloadError`.
         input_tensor: optional Keras tensor (`keras.Input(...)` or a layer output) to use as the image input.
         input_shape: (height, width, channels), channels last; overrides `image_size`.
         pooling: with `include_top=False`: None (tokens), `"token"`, `"avg"` or `"max"` (over patch tokens).

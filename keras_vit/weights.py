@@ -17,8 +17,12 @@ Sources of the table (see ../shared/REFERENCE.md):
 - `augreg_in21k_ft_in1k_224`: the 224 fine-tunes timm ships as `vit_*_224.augreg_in21k_ft_in1k`.
 
 Checksums: no sha256 is known for any of these files here (they could not be downloaded while writing this
-table), so `sha256` is None everywhere and downloads are not verified; `python -m keras_vit.convert` prints
-the sha256 of a downloaded file, which can be pinned into the table.
+table), so `sha256` is None everywhere and downloads are not verified; `python -m keras_vit.convert NAME ...
+--variant ...` prints the sha256 of the downloaded source file, which can be pinned into the table.
+
+`weights="imagenet"`, the Keras Applications spelling, is an alias: each variant's best ImageNet-1k
+fine-tuned file (`IMAGENET_WEIGHTS`). Downloads go to `cache_path(entry)`; a failed one raises
+`WeightsDownloadError` (an `OSError`) naming that path, a checksum mismatch `WeightsChecksumError`.
 
 Example:
     >>> entry = get_entry("B16", "imagenet21k+imagenet2012")
@@ -27,10 +31,32 @@ Example:
 """
 
 import dataclasses
+import hashlib
 import os
+import tempfile
+import urllib.error
 
 BASE_URL = "https://storage.googleapis.com/vit_models/"
 CACHE_SUBDIR = "keras_vit"
+IMAGENET_ALIAS = "imagenet"
+"""The Keras Applications name for ImageNet weights; resolved per variant through `IMAGENET_WEIGHTS`."""
+
+
+class WeightsDownloadError(ConnectionError):
+    """A published weights file could not be downloaded (no network, DNS failure, HTTP error, ...).
+
+    Its message names the weights, the URL, the cache file where a file downloaded by hand can be placed,
+    and the alternatives `weights=None` and `weights="/path/to/file.npz"`. Attributes: `entry` (the
+    `WeightsEntry`), `path` (that cache file) and `reason` (the network error, as text).
+    """
+
+    def __init__(self, message: str, entry=None, path: str | None = None, reason: str | None = None):
+        super().__init__(message)
+        self.entry, self.path, self.reason = entry, path, reason
+
+
+class WeightsChecksumError(ValueError):
+    """A downloaded weights file does not have the sha256 of the weights table (damaged or altered download)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,6 +187,13 @@ and warns that its predictions are meaningless; pass `classes=...` for a new zer
 or `include_top=False` for features)."""
 
 
+IMAGENET_WEIGHTS = {variant: name for variant, name in DEFAULT_WEIGHTS.items() if variant != "H14"}
+"""What `weights="imagenet"` loads per variant: its ImageNet-1k (1000-class) fine-tune with the best upstream
+top-1 (AugReg where it exists: 85.49 against the paper's 83.97 for B/16, 85.59 against 85.15 for L/16; B/8's
+only 1k fine-tune is AugReg's at 224; L/32 and R50+B/16 have only the paper's). ViT-H/14 has no ImageNet-1k
+fine-tune, so `"imagenet"` is refused for it."""
+
+
 def names_for(variant: str) -> list[str]:
     """The published weight names of a variant (empty for an unpublished architecture)."""
     return [name for (v, name) in WEIGHTS if v == variant]
@@ -171,14 +204,32 @@ def all_names() -> list[str]:
     return list(dict.fromkeys(name for (_, name) in WEIGHTS))
 
 
+def is_name(weights) -> bool:
+    """Whether `weights` is a published name or the `"imagenet"` alias."""
+    return isinstance(weights, str) and (weights == IMAGENET_ALIAS or weights in all_names())
+
+
+def _describe(entry: WeightsEntry) -> str:
+    return f"{entry.name!r} ({entry.classes} classes, {entry.image_size}x{entry.image_size})"
+
+
 def get_entry(variant: str | None, name: str) -> WeightsEntry:
-    """The table entry for `weights=name` on `variant`.
+    """The table entry for `weights=name` on `variant`; `"imagenet"` resolves through `IMAGENET_WEIGHTS`.
 
     Raises:
         ValueError: for a name that is not published for this variant, listing the known ones.
     """
+    if name == IMAGENET_ALIAS and variant in IMAGENET_WEIGHTS:
+        return WEIGHTS[(variant, IMAGENET_WEIGHTS[variant])]
     if (variant, name) in WEIGHTS:
         return WEIGHTS[(variant, name)]
+    if name == IMAGENET_ALIAS and variant is not None and names_for(variant):
+        raise ValueError(
+            f"ViT {variant} has no ImageNet-1k fine-tuned weights, so `weights='imagenet'` (each variant's best "
+            f"ImageNet-1k fine-tune) has nothing to load. Published for {variant}: "
+            f"{', '.join(_describe(WEIGHTS[(variant, n)]) for n in names_for(variant))}: pass one of these (with "
+            "`classes=N` for a new head to fine-tune), None, or a file path. Received: weights='imagenet'"
+        )
     if variant is None:
         raise ValueError(
             f"`weights={name!r}` is a published name, but the model's architecture is not one of the published "
@@ -198,19 +249,73 @@ def default_cache_dir() -> str | None:
     return os.environ.get("KERAS_HOME") or None
 
 
-def fetch(entry: WeightsEntry, cache_dir: str | None = None) -> str:
-    """Downloads `entry` into `<cache>/keras_vit/` (once) with `keras.utils.get_file`; returns the local path.
+def _cache_root(cache_dir: str | None) -> str:
+    """The folder `keras.utils.get_file` is given: `cache_dir`, else `$KERAS_HOME`, else Keras' own home
+    (`~/.keras`, or `/tmp/.keras` when the home folder is not writable, as Keras decides at import)."""
+    root = cache_dir if cache_dir is not None else default_cache_dir()
+    if root is None:
+        home = os.path.expanduser("~")
+        root = os.path.join(home if os.access(home, os.W_OK) else "/tmp", ".keras")
+    return os.path.expanduser(root)
 
+
+def cache_path(entry: WeightsEntry, cache_dir: str | None = None) -> str:
+    """The file `fetch` downloads `entry` to, and uses without any download when it is already there.
+
+    `<cache>/keras_vit/<entry.file_name>`, `<cache>` being `cache_dir`, else `$KERAS_HOME`, else `~/.keras`;
+    as `keras.utils.get_file` does, a cache folder that cannot be written falls back to `/tmp/.keras`.
+
+    Example:
+        >>> import os
+        >>> os.path.basename(cache_path(get_entry("B16", "imagenet21k")))
+        'imagenet21k__ViT-B_16.npz'
+    """
+    root = _cache_root(cache_dir)
+    if not os.access(root, os.W_OK):
+        root = os.path.join("/tmp" if os.path.isdir("/tmp") else tempfile.gettempdir(), ".keras")
+    return os.path.join(root, CACHE_SUBDIR, entry.file_name)
+
+
+def _failure_reason(error: BaseException, url: str) -> str:
+    """The network error behind a failed `get_file`, as short text without the URL (the message has it)."""
+    for cause in (error, error.__context__):  # get_file wraps a URLError in a plain Exception with the URL
+        if isinstance(cause, urllib.error.HTTPError):
+            return f"HTTP {cause.code} {cause.msg}"
+        if isinstance(cause, urllib.error.URLError):
+            reason = cause.reason
+            return reason.strerror if isinstance(reason, OSError) and reason.strerror else str(reason)
+    text = str(error).replace(f"URL fetch failure on {url}: ", "").replace(url, "the URL")
+    return text or type(error).__name__
+
+
+def sha256(path: str) -> str:
+    """Hex sha256 of a file, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def fetch(entry: WeightsEntry, cache_dir: str | None = None) -> str:
+    """Downloads `entry` to `cache_path(entry, cache_dir)` (once) with `keras.utils.get_file`; returns that path.
+
+    A file already at that path is used without a download (a file downloaded by hand can be placed there).
     The file is verified against `entry.sha256` when the table has one.
 
     Raises:
-        ValueError: when the downloaded file does not match its checksum, or the download fails.
+        WeightsDownloadError: when the download fails (an `OSError`; the message names the URL, the cache
+            path for a manual download, and `weights=None` or a local file as the alternatives).
+        WeightsChecksumError: when the downloaded file does not match its sha256 (a `ValueError`).
     """
     import keras
 
-    cache_dir = cache_dir if cache_dir is not None else default_cache_dir()
-    if cache_dir is not None:  # get_file falls back to /tmp/.keras when the folder does not exist yet
-        os.makedirs(cache_dir, exist_ok=True)
+    root = _cache_root(cache_dir)
+    try:  # get_file falls back to /tmp/.keras when the folder does not exist yet
+        os.makedirs(root, exist_ok=True)
+    except OSError:
+        pass  # not writable: get_file (and cache_path) fall back to /tmp/.keras
+    path = cache_path(entry, cache_dir)
     try:
         return keras.utils.get_file(
             fname=entry.file_name,
@@ -218,14 +323,22 @@ def fetch(entry: WeightsEntry, cache_dir: str | None = None) -> str:
             file_hash=entry.sha256,
             hash_algorithm="sha256",
             cache_subdir=CACHE_SUBDIR,
-            cache_dir=cache_dir,
+            cache_dir=root,
         )
-    except ValueError as error:
-        raise ValueError(
-            f"The download of weights {entry.name!r} for ViT {entry.variant} from {entry.url} failed its sha256 "
-            f"check (expected {entry.sha256}): {error}"
-        ) from error
-    except Exception as error:  # network errors come in many types; one message for all
-        raise ValueError(
-            f"Could not download weights {entry.name!r} for ViT {entry.variant} from {entry.url}: {error}"
-        ) from error
+    except Exception as error:  # network errors come in many types (URLError, HTTPError, socket errors...)
+        checksum = isinstance(error, ValueError) and entry.sha256 is not None and "hash" in str(error)
+        if not (checksum and os.path.exists(path)):
+            reason = _failure_reason(error, entry.url)
+            raise WeightsDownloadError(
+                f"Could not download weights {entry.name!r} for ViT {entry.variant} ({reason}) from {entry.url}. "
+                f"To use them offline, download that file elsewhere and place it at {path} (it is then used "
+                f"without a download); or pass weights=None (random initialisation, no download) or "
+                f"weights=\"/path/to/file.npz\" (a checkpoint on disk).",
+                entry=entry, path=path, reason=reason,
+            ) from None
+        found = sha256(path)
+        raise WeightsChecksumError(
+            f"The file downloaded for weights {entry.name!r} of ViT {entry.variant} from {entry.url} failed its "
+            f"sha256 check (expected {entry.sha256}, got {found}): the download is damaged or not the published "
+            f"file. Delete {path} and try again, or pass weights=None or weights=\"/path/to/file.npz\"."
+        ) from None

@@ -26,9 +26,10 @@ def test_round_trip_through_weights_h5(checkpoint, tmp_path, images, capsys):
     assert convert.main([source, destination]) == 0
     out = capsys.readouterr().out
     digest = hashlib.sha256(open(destination, "rb").read()).hexdigest()
-    assert f"sha256:      {digest}" in out
-    assert "classes:     5 (token classifier, pre_logits 16)" in out
-    assert "rebuild:     keras_vit.ViT(image_size=(32, 32), patch_size=8, hidden_size=32, num_layers=2" in out
+    assert f"written sha256: {digest}" in out
+    assert f"source sha256:  {hashlib.sha256(open(source, 'rb').read()).hexdigest()}" in out
+    assert "classes:        5 (token classifier, pre_logits 16)" in out
+    assert "rebuild:        keras_vit.ViT(image_size=(32, 32), patch_size=8, hidden_size=32, num_layers=2" in out
     model = keras_vit.ViT(image_size=32, patch_size=8, hidden_size=32, num_layers=2, num_heads=4, mlp_dim=64,
                           classes=5, representation_size=16, weights=destination, classifier_activation=None)
     expected = vit_forward({k: v.astype("float64") for k, v in params.items()}, images.astype("float64"))

@@ -72,8 +72,8 @@ def test_constructor_defaults_are_the_documented_best_checkpoints():
          r"ViT Ti16. Received: weights='imagenet21k'. Published names for Ti16: 'augreg_in21k'"),
         (lambda: keras_vit.ViT(image_size=32, patch_size=8, hidden_size=32, num_layers=2, num_heads=4, mlp_dim=64,
                                weights="imagenet21k"), r"not one of the published variants"),
-        (lambda: keras_vit.ViT_B16(weights="imagenet"), r"Unknown weights name. Received: weights='imagenet'. "
-                                                         r"Known names: 'imagenet21k', 'imagenet21k\+imagenet2012'"),
+        (lambda: keras_vit.ViT_B16(weights="imagenet1k"), r"Unknown weights name. Received: weights='imagenet1k'. "
+                                                           r"Known names: 'imagenet21k', 'imagenet21k\+imagenet2012'"),
         (lambda: keras_vit.ViT_B16(weights=3), r"Received: weights=3"),
     ],
 )
@@ -130,7 +130,7 @@ def test_checksum_mismatch_is_an_error(published_tiny, monkeypatch):
 
 def test_unreachable_download_is_a_clear_error(published_tiny, monkeypatch):
     monkeypatch.setattr(weights, "BASE_URL", "file:///nonexistent/vit_models/")
-    with pytest.raises(ValueError, match="Could not download weights 'imagenet21k' for ViT T8"):
+    with pytest.raises(keras_vit.WeightsDownloadError, match="Could not download weights 'imagenet21k' for ViT T8"):
         keras_vit.ViT(**TINY_ARCH, weights="imagenet21k")
 
 

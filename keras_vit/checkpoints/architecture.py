@@ -136,6 +136,12 @@ def infer(checkpoint: Checkpoint) -> CheckpointArchitecture:
     pre_logits = params.get("pre_logits/kernel")
     head = params.get("head/kernel")
     stem = _stem(params)
+    if stem is not None and kernel.shape[0] != 1:
+        raise ValueError(
+            f"{path!r} is a hybrid whose patch embedding cuts the ResNet stem's feature map into "
+            f"{kernel.shape[0]}x{kernel.shape[1]} patches (embedding/kernel {tuple(kernel.shape)}); keras_vit's "
+            "hybrids cut it into 1x1 patches (as R50+ViT-B/16), so this checkpoint cannot be loaded."
+        )
     first = params["conv_root/kernel"] if stem else kernel  # the layer that sees the image
     return CheckpointArchitecture(
         patch_size=int(kernel.shape[0]),
@@ -163,6 +169,10 @@ def _stem(params) -> dict | None:
         if match := re.match(r"^block(\d+)/unit(\d+)/", key):
             units.setdefault(int(match.group(1)), set()).add(int(match.group(2)))
     root = params.get("conv_root/kernel")
-    if root is None or not units:
-        raise ValueError("The checkpoint has ResNet stem keys but no `conv_root/kernel` or no `block{s}/unit{u}`.")
+    if root is None:
+        raise ValueError("The checkpoint has ResNet stem keys but no `conv_root/kernel`.")
+    if units and sorted(units) != list(range(1, len(units) + 1)):
+        raise ValueError(f"The checkpoint's ResNet stages are not consecutive block1, block2, ...: {sorted(units)}.")
+    # No units: a root-only stem (`resnet.num_layers = ()` in the official configs), which ResNetStem(block_units=())
+    # builds: conv_root, gn_root, relu, max pool (stride 4).
     return dict(block_units=tuple(len(units[s]) for s in sorted(units)), width=int(root.shape[-1]))

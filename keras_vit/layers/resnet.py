@@ -245,7 +245,8 @@ class ResNetStem(keras.layers.Layer):
     The output has `width * 2**(S-1) * 4` channels at stride `2**(S+1)` (16 and 1024 channels for R50).
 
     Args:
-        block_units: units per stage; (3, 4, 9) is the paper's R50 (`RESNET_STEMS["r50"]`).
+        block_units: units per stage; (3, 4, 9) is the paper's R50 (`RESNET_STEMS["r50"]`); () is the root
+            alone (stride 4, `width` channels), as the official `resnet.num_layers = ()`.
         width: channels of the root convolution (64 * width_factor).
         groups: GroupNorm groups (32 in the official models).
         **kwargs: base `keras.layers.Layer` arguments.
