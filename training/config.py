@@ -24,6 +24,13 @@ PRECISIONS = ("none", "bfloat16", "float16")
 STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker", "tpu")
 CROPS = ("inception", "none")
 
+# Fields that a run may change when it resumes with `--resume_with_changes`: they change the optimisation from
+# the restored step on (the schedule and its length, the update rule's hyperparameters, the loss), not the
+# model's or the optimizer's variables, nor the data stream. `optimizer`, `mixed_precision`,
+# `global_batch_size`, `seed` and the model and data fields are not among them.
+OPTIMISATION_FIELDS = ("learning_rate", "warmup_steps", "schedule", "steps", "epochs", "weight_decay",
+                       "grad_clip_norm", "label_smoothing", "beta_1", "beta_2", "momentum")
+
 # The small model of the embedded demo; any `keras_vit.variants` name (e.g. "vit_ti16") is accepted too.
 TINY_MODEL = dict(patch_size=4, hidden_size=64, num_layers=4, num_heads=4, mlp_dim=128)
 
@@ -120,7 +127,9 @@ class Config:
 
     @classmethod
     def from_json(cls, text: str) -> "Config":
+        """The config of a `config.json` (its `resumed_with_changes` history, if any, is not a field)."""
         values = json.loads(text)
+        values.pop("resumed_with_changes", None)
         if values.get("randaugment") is not None:
             values["randaugment"] = tuple(values["randaugment"])
         return cls(**values)

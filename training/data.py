@@ -20,7 +20,9 @@ Sources (`name`):
     * `"digits"`: scikit-learn's 8x8 handwritten digits (1,797 images, 10 classes; install the `demo`
       extra), a fixed 80/20 train/test split, grey levels 0..16 scaled to 0..255 and repeated to RGB.
     * `"folder:PATH"`: the tensorflow-datasets ImageFolder layout `PATH/<split>/<label>/<image>`; the
-      evaluation split may be called `test`, `val` or `validation`.
+      evaluation split may be called `test`, `val` or `validation`. A class folder of `train` without images
+      is refused. `check_images` finds the files `tf.io.decode_image` would reject (by their headers, before
+      training) so that they can be named, or skipped with `skip_files`.
     * any other name: a prepared tensorflow-datasets dataset (never downloaded unless `download=True`).
 
 Example:
@@ -32,9 +34,11 @@ Example:
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import math
 import os
+import struct
 
 import numpy as np
 import tensorflow as tf
@@ -48,6 +52,10 @@ class DatasetNotFoundError(ValueError):
     """The dataset is not available locally; the message says how to prepare it."""
 
 
+class InvalidDatasetError(ValueError):
+    """The dataset's files cannot be used as they are; the message names them and says how to fix them."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Source:
     """An undecoded split: `(encoded_or_array, label)` elements, a decode function, and counts."""
@@ -59,18 +67,142 @@ class Source:
     class_names: tuple[str, ...]
 
 
-def dataset_source(name: str, split: str, data_dir: str | None = None, download: bool = False) -> Source:
+def dataset_source(name: str, split: str, data_dir: str | None = None, download: bool = False,
+                   skip_files=()) -> Source:
     """Resolves a dataset name and split to a `Source` (see the module docstring for the names).
+
+    `skip_files`: paths of a folder dataset left out (the bad files `check_images` found).
 
     Raises:
         DatasetNotFoundError: when the data is not there, with instructions to prepare it.
+        InvalidDatasetError: for a class folder without images.
         ValueError: for an unknown split.
     """
     if name == "digits":
         return _digits_source(split)
     if name.startswith("folder:"):
-        return _folder_source(name[len("folder:"):], split)
+        return _folder_source(name[len("folder:"):], split, frozenset(skip_files))
     return _tfds_source(name, split, data_dir, download)
+
+
+def check_images(name: str, splits, skip: bool = False) -> frozenset:
+    """Checks the header of every file of a folder dataset's `splits`; returns the bad paths (to skip).
+
+    A file is bad when `tf.io.decode_image` would reject it: not a JPEG, PNG, GIF, BMP or WebP, no readable
+    size, or truncated (see `image_problem`). Other datasets are not checked (an empty set).
+
+    Raises:
+        InvalidDatasetError: naming the first bad files, unless `skip`.
+    """
+    if not name.startswith("folder:"):
+        return frozenset()
+    root = name[len("folder:"):]
+    paths = [path for split in dict.fromkeys(splits) for path in _folder_files(root, split)[1]]
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:  # I/O bound: many small reads
+        problems = list(pool.map(image_problem, paths))
+    bad = [(path, problem) for path, problem in zip(paths, problems) if problem]
+    if bad and not skip:
+        shown = "; ".join(f"{path} ({problem})" for path, problem in bad[:5])
+        more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
+        raise InvalidDatasetError(
+            f"{len(bad)} of {len(paths)} files of dataset={name!r} cannot be decoded: {shown}{more}. Delete or "
+            f"replace them, or pass --skip_bad_images to train and evaluate without them."
+        )
+    return frozenset(path for path, _ in bad)
+
+
+def image_problem(path: str) -> str | None:
+    """Why `tf.io.decode_image` would reject the file at `path` (None: it looks decodable), from its header and tail.
+
+    Checks the magic bytes, a non-zero width and height (JPEG, PNG, GIF, BMP), and truncation: the end
+    marker near the end of a JPEG, PNG or GIF, the exact size TensorFlow requires of a BMP, the RIFF size of a
+    WebP. Pixels are not decoded.
+    """
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            head = f.read(64)
+            f.seek(max(0, size - 4096))
+            tail = f.read()
+            if not head:
+                return "empty file"
+            if head.startswith(b"\xff\xd8\xff"):
+                return _jpeg_problem(f, tail)
+            if head.startswith(b"\x89PNG\r\n\x1a\n"):
+                return _png_problem(head, tail)
+            if head[:6] in (b"GIF87a", b"GIF89a"):
+                return _gif_problem(head, tail)
+            if head.startswith(b"BM"):
+                return _bmp_problem(head, size)
+            if head.startswith(b"RIFF") and head[8:12] == b"WEBP":
+                riff_size = struct.unpack("<I", head[4:8])[0] + 8
+                return None if size >= riff_size else f"truncated WebP ({size} of {riff_size} bytes)"
+            return f"not a JPEG, PNG, GIF, BMP or WebP image (starts with {head[:8]!r})"
+    except OSError as error:
+        return f"unreadable: {error.strerror or error}"
+
+
+def _png_problem(head, tail):
+    if len(head) < 24 or head[12:16] != b"IHDR" or 0 in struct.unpack(">II", head[16:24]):
+        return "PNG without a valid IHDR size"
+    end = tail.rfind(b"IEND")
+    if end < 0 or len(tail) - end < 8:  # chunk type, then its 4-byte CRC
+        return "truncated PNG (no IEND chunk at the end)"
+    return None
+
+
+def _gif_problem(head, tail):
+    if len(head) < 10 or 0 in struct.unpack("<HH", head[6:10]):
+        return "GIF without a valid screen size"
+    if b";" not in tail[-16:]:
+        return "truncated GIF (no trailer at the end)"
+    return None
+
+
+def _bmp_problem(head, size):
+    if len(head) < 30:
+        return "truncated BMP header"
+    offset = struct.unpack("<I", head[10:14])[0]
+    width, height, _, bits = struct.unpack("<iiHH", head[18:30])
+    if width <= 0 or height == 0:
+        return f"BMP with an invalid size {width}x{height}"
+    if bits not in (8, 24, 32):
+        return f"BMP of {bits} bits per pixel (TensorFlow decodes 8, 24 or 32)"
+    expected = offset + (bits * width + 31) // 32 * 4 * abs(height)
+    if size != expected:  # TensorFlow's own check: header + rows, no more, no less
+        return f"BMP of {size} bytes where its header says {expected}"
+    return None
+
+
+def _jpeg_problem(f, tail):
+    position = 2
+    for _ in range(10_000):  # segment by segment to the frame header (SOFn) that holds the size
+        f.seek(position)
+        segment = f.read(9)
+        if len(segment) < 4 or segment[0] != 0xFF:
+            return "JPEG without a frame header (truncated or corrupt)"
+        marker = segment[1]
+        if marker == 0xFF:  # fill byte
+            position += 1
+            continue
+        if marker in (0x01, 0xD8) or 0xD0 <= marker <= 0xD7:  # markers without a length
+            position += 2
+            continue
+        if marker in (0xD9, 0xDA):
+            return "JPEG without a frame header (truncated or corrupt)"
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+            if len(segment) < 9 or 0 in struct.unpack(">HH", segment[5:9]):
+                return "JPEG without a valid size"
+            break
+        length = struct.unpack(">H", segment[2:4])[0]
+        if length < 2:
+            return "JPEG with a corrupt segment length"
+        position += 2 + length
+    else:
+        return "JPEG without a frame header"
+    if b"\xff\xd9" not in tail:
+        return "truncated JPEG (no end-of-image marker at the end)"
+    return None
 
 
 def default_splits(name: str, data_dir: str | None = None) -> tuple[str, str]:
@@ -110,6 +242,7 @@ def make_dataset(
     input_context: tf.distribute.InputContext | None = None,
     batch_transform=None,
     download: bool = False,
+    skip_files=(),
 ) -> tuple[tf.data.Dataset, int]:
     """Builds the input pipeline of one split.
 
@@ -130,12 +263,13 @@ def make_dataset(
         batch_transform: optional `fn(images, labels, batch_index) -> (images, labels)` applied to each
             training batch in [0, 255] before scaling (RandAugment, Mixup, CutMix).
         download: let tensorflow-datasets download and prepare a missing dataset.
+        skip_files: paths of a folder dataset to leave out (`check_images`).
 
     Returns:
         `(dataset, num_classes)`: batches of float32 images in [-1, 1], shape (B, S, S, 3), and labels
         (int32, or float one-hot rows when `batch_transform` mixes labels).
     """
-    source = dataset_source(name, split, data_dir, download)
+    source = dataset_source(name, split, data_dir, download, skip_files)
     ds = source.elements
     num_examples = source.num_examples
     if input_context is not None and input_context.num_input_pipelines > 1:
@@ -302,7 +436,8 @@ def _decode_file(path):
     return image
 
 
-def _folder_source(root: str, split: str) -> Source:
+def _folder_files(root: str, split: str) -> tuple[tuple[str, ...], list, list]:
+    """(class names from `train`, image paths of `split`, their labels), in sorted order."""
     train_dir = os.path.join(root, "train")
     split_dir = os.path.join(root, split)
     if not os.path.isdir(train_dir) or not os.path.isdir(split_dir):
@@ -325,8 +460,35 @@ def _folder_source(root: str, split: str) -> Source:
     unknown = sorted({d for d in os.listdir(split_dir) if os.path.isdir(os.path.join(split_dir, d))} - set(class_names))
     if unknown:
         raise ValueError(f"Split {split!r} has labels that 'train' lacks. Received: {unknown}")
+    return class_names, paths, labels
+
+
+def _check_class_folders(root: str, class_names, skip_files) -> None:
+    """Refuses a `train` class folder without (usable) images: the head would get a class never trained."""
+    empty = []
+    for class_name in class_names:
+        class_dir = os.path.join(root, "train", class_name)
+        with os.scandir(class_dir) as entries:
+            if not any(e.name.lower().endswith(IMAGE_EXTENSIONS) and e.path not in skip_files for e in entries):
+                empty.append(class_dir)
+    if empty:
+        skipped = " (after skipping the bad images)" if skip_files else ""
+        raise InvalidDatasetError(
+            f"{len(empty)} class folder(s) of {os.path.join(root, 'train')!r} hold no images{skipped}: "
+            f"{', '.join(empty[:5])}{' ...' if len(empty) > 5 else ''}. Each would be a class of the head that is "
+            f"never trained: add images ({', '.join(IMAGE_EXTENSIONS)}) to it or delete the folder. "
+            f"Received: dataset='folder:{root}'"
+        )
+
+
+def _folder_source(root: str, split: str, skip_files: frozenset = frozenset()) -> Source:
+    class_names, paths, labels = _folder_files(root, split)
+    _check_class_folders(root, class_names, skip_files)
+    if skip_files:
+        kept = [i for i, path in enumerate(paths) if path not in skip_files]
+        paths, labels = [paths[i] for i in kept], [labels[i] for i in kept]
     if not paths:
-        raise DatasetNotFoundError(f"No images ({', '.join(IMAGE_EXTENSIONS)}) under {split_dir!r}.")
+        raise DatasetNotFoundError(f"No images ({', '.join(IMAGE_EXTENSIONS)}) under {os.path.join(root, split)!r}.")
     elements = tf.data.Dataset.from_tensor_slices((paths, np.asarray(labels, np.int32)))
     return Source(elements, _decode_file, len(paths), len(class_names), class_names)
 

@@ -6,10 +6,28 @@ tpu: per-replica forward/backward, cross-replica gradient sum, global-norm clipp
 optimizer update (the paper's recipes: Tables 3-4, Appendix B.1). User code can still call `model.fit`
 under `MirroredStrategy` (see the README).
 
-Robustness: a `tf.train.Checkpoint` of model, optimizer and step every `checkpoint_every` steps and at the
-end; a restart with the same command restores the latest one and replays the data stream from that step
-(`training.data`), so at most `checkpoint_every` steps are lost. A non-finite loss stops the run before
-anything is saved, keeping the last good checkpoint.
+Robustness:
+    * A `tf.train.Checkpoint` of model, optimizer and step every `checkpoint_every` steps and at the end; a
+      restart with the same command restores the newest one and replays the data stream from that step
+      (`training.data`), so at most `checkpoint_every` steps are lost.
+    * Resuming scans `checkpoints/ckpt-N.index` newest step first (the `checkpoint` state file is not trusted):
+      a checkpoint that cannot be restored (corrupt, truncated, half deleted) or holds non-finite values gets a
+      one-line message and the previous one is tried. The state file is then rewritten from what is on disk, so
+      `keep_checkpoints` rotation counts (and deletes, oldest first) only the checkpoints up to the restored
+      one; a damaged newer one is left alone until a save of the same step replaces it. A workdir whose
+      checkpoint files are all unreadable is refused unless `overwrite_checkpoints` (they are deleted, training
+      starts at step 0). Leftover `ckpt-N_temp/` folders of interrupted saves are removed at start.
+    * Every step also checks that all weights and optimizer variables are finite after its update (one
+      reduction, returned with the loss), so a checkpoint on disk is never NaN. A non-finite loss or state at
+      step N stops the run (`TrainingDiverged`, exit status 1 in `training.train`); ckpt-(N-1), whose step
+      produced it, is renamed `diverged-ckpt-(N-1)` so that it is not resumed from, and the message names the
+      last good checkpoint (N-2 or older: a finite loss and a finite update followed it) and the way out:
+      rerun with a lower `--learning_rate` and `--resume_with_changes`, which lets the optimisation fields
+      (`training.config.OPTIMISATION_FIELDS`) differ on resume and records each change in `config.json` under
+      `"resumed_with_changes"`. Fields that change the model, the data or the numerics still refuse the workdir.
+    * An unwritable workdir, a config that does not match the workdir's and unreadable checkpoints raise
+      `WorkdirError`; a folder dataset's undecodable images are found before training (`data.check_images`)
+      and refused, or skipped with `skip_bad_images`.
 
 Outputs (in `cfg.workdir`, written by the chief): `config.json`, `checkpoints/`, `tensorboard/`,
 `metrics.json`, `model.keras`, `export/1/` (SavedModel, when `keras_vit.export` is available).
@@ -20,6 +38,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import sys
 import time
@@ -30,38 +49,58 @@ import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
 from training import augment, data, distribute
-from training.config import Config
+from training.config import OPTIMISATION_FIELDS, Config
 from training.model import build_model
 from training.optim import make_optimizer
 
 # Fields that may change between a run and its resumption (they do not change what is computed).
 RESUMABLE_CHANGES = {"log_every", "show_predictions", "export", "strategy", "tpu", "jit_compile", "eval_every",
                      "checkpoint_every", "keep_checkpoints", "data_dir", "download", "workdir"}
+# Fields that may change on resume with `resume_with_changes` (the optimisation's, see training.config).
+OPTIMISATION_CHANGES = set(OPTIMISATION_FIELDS)
+HISTORY_KEY = "resumed_with_changes"  # in config.json: [{"step": N, "changed": {field: [old, new]}}, ...]
 
 
 class TrainingDiverged(RuntimeError):
-    """The loss became NaN or infinite; the last good checkpoint is kept."""
+    """The loss, the weights or the optimizer state became NaN or infinite; the last good checkpoint is kept."""
 
 
-def run(cfg: Config, strategy: tf.distribute.Strategy | None = None) -> dict:
+class WorkdirError(ValueError):
+    """The workdir cannot be used as it is: unwritable, another run's config, or no readable checkpoint."""
+
+
+def run(cfg: Config, strategy: tf.distribute.Strategy | None = None, *, resume_with_changes: bool = False,
+        overwrite_checkpoints: bool = False, skip_bad_images: bool = False) -> dict:
     """Trains, evaluates and exports as `cfg` says; returns the metrics written to `metrics.json`.
 
+    Args:
+        cfg: the run's config.
+        strategy: a `tf.distribute` strategy (default: the one `cfg.strategy` names).
+        resume_with_changes: let the `OPTIMISATION_CHANGES` fields differ from the workdir's `config.json`
+            (the change is recorded there).
+        overwrite_checkpoints: delete the workdir's checkpoint files and start at step 0 when none of them
+            can be restored (else `WorkdirError`).
+        skip_bad_images: leave out the files of a folder dataset that cannot be decoded (else an error).
+
     Raises:
-        TrainingDiverged: on a non-finite loss.
-        ValueError: for a config that does not fit the data or the strategy, or a workdir holding a run
-            with a different config.
+        TrainingDiverged: on a non-finite loss, weight or optimizer variable.
+        WorkdirError: for an unwritable workdir, one holding a run with a different config, or checkpoint
+            files none of which can be restored.
+        data.InvalidDatasetError: for undecodable images or an empty class folder of a folder dataset.
+        ValueError: for a config that does not fit the data or the strategy.
     """
     previous_policy = keras.config.dtype_policy()
     try:
         if cfg.mixed_precision != "none":
             keras.config.set_dtype_policy(f"mixed_{cfg.mixed_precision}")
-        return _Run(cfg, strategy).train_and_evaluate()
+        return _Run(cfg, strategy, resume_with_changes, overwrite_checkpoints, skip_bad_images).train_and_evaluate()
     finally:
         keras.config.set_dtype_policy(previous_policy)
 
 
 class _Run:
-    def __init__(self, cfg: Config, strategy):
+    def __init__(self, cfg: Config, strategy, resume_with_changes=False, overwrite_checkpoints=False,
+                 skip_bad_images=False):
         self.cfg = cfg
         keras.utils.set_random_seed(cfg.seed)
         self.strategy = strategy or distribute.make_strategy(cfg.strategy, cfg.tpu)
@@ -72,31 +111,32 @@ class _Run:
                 f"`global_batch_size` must be a multiple of the {self.replicas} replicas. "
                 f"Received: global_batch_size={cfg.global_batch_size}"
             )
-        os.makedirs(cfg.workdir, exist_ok=True)
-        self._check_and_write_config()
+        self._prepare_workdir()
+        config_changes = self._check_config(resume_with_changes)
         default_train, default_eval = data.default_splits(cfg.dataset, cfg.data_dir)
         self.train_split = cfg.train_split or default_train
         self.eval_split = cfg.eval_split or default_eval
-        train_source = data.dataset_source(cfg.dataset, self.train_split, cfg.data_dir, cfg.download)
+        # Both splits before anything trains: a bad eval image would otherwise stop the run after training.
+        self.skip_files = data.check_images(cfg.dataset, (self.train_split, self.eval_split), skip=skip_bad_images)
+        if self.skip_files:
+            self._print(f"skipping {len(self.skip_files)} image file(s) of {cfg.dataset} that cannot be decoded "
+                        f"(--skip_bad_images), e.g. {min(self.skip_files)}")
+        train_source = data.dataset_source(cfg.dataset, self.train_split, cfg.data_dir, cfg.download,
+                                           self.skip_files)
         self.num_classes = train_source.num_classes
         self.class_names = train_source.class_names
         self.num_train = train_source.num_examples
-        self.num_eval = data.dataset_source(cfg.dataset, self.eval_split, cfg.data_dir).num_examples
+        self.num_eval = data.dataset_source(cfg.dataset, self.eval_split, cfg.data_dir,
+                                            skip_files=self.skip_files).num_examples
         self.total_steps = cfg.train_steps(self.num_train)
 
-        with self.strategy.scope():
-            self.model = build_model(cfg, self.num_classes)
-            self.optimizer = make_optimizer(cfg, self.total_steps, self.model)
-            self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
+        self._build_state()
         self._evaluation = None  # (dataset, steps, eval_step), built by the first `evaluate`
-        self.checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer, step=self.step)
         self.checkpoint_dir = os.path.join(cfg.workdir, "checkpoints")
+        self._restore(overwrite_checkpoints)
+        self._write_config(config_changes)
         own_dir = self.checkpoint_dir if self.chief else self._worker_dir("checkpoints")
         self.manager = tf.train.CheckpointManager(self.checkpoint, own_dir, max_to_keep=cfg.keep_checkpoints)
-        latest = tf.train.latest_checkpoint(self.checkpoint_dir)
-        if latest:
-            self.checkpoint.restore(latest).assert_existing_objects_matched()
-            self._print(f"resumed from {latest} at step {int(self.step.numpy())}")
         if self.chief:
             self.writers = {k: tf.summary.create_file_writer(os.path.join(cfg.workdir, "tensorboard", k))
                             for k in ("train", "eval")}
@@ -108,22 +148,188 @@ class _Run:
     def _worker_dir(self, *parts):
         return os.path.join(self.cfg.workdir, "workers", str(distribute.task_id(self.strategy)), *parts)
 
-    def _check_and_write_config(self):
+    def _prepare_workdir(self):
+        """Creates the workdir (a worker's own folder on the other workers) and checks that it takes a file."""
+        workdir = self.cfg.workdir
+        own = workdir if self.chief else self._worker_dir()
+        probe = os.path.join(own, f".write_test.{os.getpid()}")
+        try:
+            tf.io.gfile.makedirs(own)
+            with tf.io.gfile.GFile(probe, "w") as f:
+                f.write("")
+            tf.io.gfile.remove(probe)
+        except (OSError, tf.errors.OpError) as error:
+            blocker = _file_on_path(own)
+            reason = f"{blocker!r} is a file, not a directory" if blocker else _short(error)
+            raise WorkdirError(
+                f"Cannot write to --workdir={workdir!r}: {reason}. Pass a --workdir that is (or can be created "
+                f"as) a writable directory."
+            ) from error
+
+    def _build_state(self):
+        with self.strategy.scope():
+            self.model = build_model(self.cfg, self.num_classes)
+            self.optimizer = make_optimizer(self.cfg, self.total_steps, self.model)
+            self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
+        self.checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer, step=self.step)
+        self.float_variables = [v for v in [*self.model.weights, *self.optimizer.variables]
+                                if tf.as_dtype(v.dtype).is_floating]
+
+    def _check_config(self, resume_with_changes):
+        """The `OPTIMISATION_CHANGES` allowed against the workdir's config.json; raises for any other change."""
         path = os.path.join(self.cfg.workdir, "config.json")
-        if tf.io.gfile.exists(path):
-            with tf.io.gfile.GFile(path) as f:
-                old = json.loads(f.read())
-            new = json.loads(self.cfg.to_json())
-            changed = {k: (old.get(k), new[k]) for k in new if old.get(k) != new[k] and k not in RESUMABLE_CHANGES}
-            if changed:
-                raise ValueError(
-                    f"{self.cfg.workdir!r} holds a run with a different config; use another --workdir or the same "
-                    f"flags. Changed (old, new): {changed}"
-                )
-        if self.chief:  # written whole, then renamed: other workers may be reading it
-            with tf.io.gfile.GFile(path + ".tmp", "w") as f:
-                f.write(self.cfg.to_json())
-            tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
+        self._config_history = []
+        if not tf.io.gfile.exists(path):
+            return {}
+        with tf.io.gfile.GFile(path) as f:
+            text = f.read()
+        try:
+            old = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise WorkdirError(
+                f"{path} is not valid JSON ({error}). Received: {text[:80]!r}. Restore it, delete it to adopt "
+                f"this run's config, or use another --workdir."
+            ) from error
+        self._config_history = list(old.get(HISTORY_KEY, []))
+        new = json.loads(self.cfg.to_json())
+        changed = {k: (old.get(k), new[k]) for k in new if old.get(k) != new[k] and k not in RESUMABLE_CHANGES}
+        fixed = sorted(set(changed) - OPTIMISATION_CHANGES)
+        if not changed or (resume_with_changes and not fixed):
+            return changed
+        if fixed:
+            advice = (f"{', '.join(fixed)} cannot change within a run (the model, the data or the numerics would "
+                      f"differ from the checkpoints'): use the same flags or another --workdir")
+            if resume_with_changes:
+                advice += f" (--resume_with_changes allows only {', '.join(sorted(OPTIMISATION_CHANGES))})"
+        else:
+            advice = ("these change only the optimisation: add --resume_with_changes to continue from the last "
+                      "checkpoint with them (recorded in config.json), or use another --workdir")
+        raise WorkdirError(
+            f"{self.cfg.workdir!r} holds a run with a different config ({path}). Changed (old, new): {changed}; "
+            f"{advice}."
+        )
+
+    def _write_config(self, changed):
+        """Writes config.json (the chief), adding the allowed changes at the restored step to its history."""
+        if changed:
+            step = int(self.step.numpy())
+            self._config_history.append({"step": step, "changed": {k: list(v) for k, v in changed.items()}})
+            self._print(f"resumed with changes at step {step} (--resume_with_changes, recorded in config.json): "
+                        + ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changed.items()))
+        if not self.chief:
+            return
+        values = json.loads(self.cfg.to_json())
+        if self._config_history:
+            values[HISTORY_KEY] = self._config_history
+        _write_atomically(os.path.join(self.cfg.workdir, "config.json"), json.dumps(values, indent=2, sort_keys=True))
+
+    # --- checkpoints ---------------------------------------------------------------------------------
+
+    def _restore(self, overwrite):
+        """Restores the newest checkpoint that can be read and is finite, falling back to older ones."""
+        directory = self.checkpoint_dir
+        if self.chief:
+            self._remove_temp_dirs()
+        found = _checkpoints_on_disk(directory)
+        problems = []
+        for i, (number, prefix) in enumerate(found):
+            problem = self._try_restore(prefix)
+            if problem is None:
+                self._print(f"resumed from {prefix} at step {int(self.step.numpy())}")
+                if self.chief:  # the manager then counts and rotates only the checkpoints up to this one
+                    _write_checkpoint_state(directory, [p for n, p in reversed(found) if n <= number])
+                return
+            problems.append(f"{prefix} ({problem})")
+            older = "falling back to the previous checkpoint" if i + 1 < len(found) else "no older checkpoint"
+            self._print(f"cannot restore {prefix}: {problem}; {older}")
+        leftovers = [os.path.join(directory, n) for n in _listdir(directory)
+                     if n.startswith("ckpt-") and not n.endswith("_temp")]
+        state_file = os.path.join(directory, "checkpoint")
+        if not leftovers:  # a fresh start; a state file left alone would name checkpoints that are gone
+            if self.chief and tf.io.gfile.exists(state_file):
+                tf.io.gfile.remove(state_file)
+            return
+        if not overwrite:
+            listed = "; ".join(problems) if problems else f"no ckpt-N.index beside {os.path.basename(leftovers[0])}"
+            raise WorkdirError(
+                f"{directory} holds checkpoint files but none can be restored: {listed}. Put back intact copies to "
+                f"resume, or pass --overwrite_checkpoints to delete them and train from step 0 (or use another "
+                f"--workdir)."
+            )
+        if problems:  # a failed restore may have assigned some variables: start from a fresh initialisation
+            keras.utils.set_random_seed(self.cfg.seed)
+            self._build_state()
+        if self.chief:
+            for path in leftovers + [state_file]:
+                if tf.io.gfile.exists(path):
+                    tf.io.gfile.remove(path)
+            self._print(f"deleted {len(leftovers)} unreadable checkpoint file(s) from {directory} "
+                        f"(--overwrite_checkpoints); training from step 0")
+
+    def _try_restore(self, prefix):
+        """Restores `prefix`; returns why it cannot be used (None: restored, all finite)."""
+        try:
+            self.checkpoint.restore(prefix).assert_existing_objects_matched()
+        except Exception as error:  # a bad file raises IndexError, DataLossError, NotFoundError, ...
+            return _short(error)
+        if not self._state_is_finite():
+            return "its weights or optimizer state are not finite"
+        return None
+
+    def _remove_temp_dirs(self):
+        """Deletes the `ckpt-N_temp/` folders that a save killed midway leaves (the chief, at start)."""
+        stale = sorted(n for n in _listdir(self.checkpoint_dir) if re.fullmatch(r"ckpt-\d+_temp", n))
+        for name in stale:
+            tf.io.gfile.rmtree(os.path.join(self.checkpoint_dir, name))
+        if stale:
+            self._print(f"removed {len(stale)} unfinished checkpoint folder(s) of interrupted saves from "
+                        f"{self.checkpoint_dir}: {', '.join(stale)}")
+
+    def _state_is_finite(self) -> bool:
+        """Whether every float variable of the model and the optimizer is finite (copied here: no collective)."""
+        return all(np.isfinite(np.asarray(v.numpy())).all() for v in self.float_variables)
+
+    def _diverged(self, step, loss) -> TrainingDiverged:
+        """The error for a non-finite loss or state at `step`; moves the checkpoint of step - 1 aside (chief).
+
+        The loss of step N is computed from the state saved as ckpt-(N-1), before the update, and the state is
+        checked after every update: ckpt-(step-1) produced the non-finite value, so the last good checkpoint
+        is the newest at step - 2 or before (each of those had a finite loss and a finite update after it).
+        """
+        if math.isfinite(loss):
+            what = f"The weights or optimizer state became non-finite at step {step} (the loss was {loss:.4g})"
+        else:
+            what = f"Loss became {loss} at step {step}"
+        found = _checkpoints_on_disk(self.checkpoint_dir)
+        moved = ""
+        for number, prefix in found:
+            if number == step - 1:  # ckpt-N.index, ckpt-N.data-* -> diverged-ckpt-N.*: no longer resumed from
+                name = os.path.basename(prefix)
+                aside = os.path.join(self.checkpoint_dir, "diverged-" + name)
+                for file_name in _listdir(self.checkpoint_dir) if self.chief else ():
+                    if file_name.startswith(name + "."):
+                        tf.io.gfile.rename(os.path.join(self.checkpoint_dir, file_name),
+                                           aside + file_name[len(name):], overwrite=True)
+                moved = f" {prefix}, whose next step diverged, was moved aside to {aside}."
+        good = [(number, prefix) for number, prefix in found if number <= step - 2]
+        if self.chief and moved:
+            if good:
+                _write_checkpoint_state(self.checkpoint_dir, [prefix for _, prefix in reversed(good)])
+            elif tf.io.gfile.exists(os.path.join(self.checkpoint_dir, "checkpoint")):
+                tf.io.gfile.remove(os.path.join(self.checkpoint_dir, "checkpoint"))
+        if good:
+            where = f"The last good checkpoint is {good[0][1]} (step {good[0][0]}, all finite)."
+            then = f"to continue from {good[0][1]}"
+        else:
+            where, then = "There is no last good checkpoint to resume from.", "to train again from step 0"
+        return TrainingDiverged(
+            f"{what}; stopped without saving.{moved} {where} The same command would diverge the same way: rerun "
+            f"it with --learning_rate=<lower than {self.cfg.learning_rate:g}> --resume_with_changes {then} (more "
+            f"--warmup_steps, a --grad_clip_norm or another --schedule can be given the same way), or use a new "
+            f"--workdir."
+        )
+
+    # --- data -------------------------------------------------------------------------------------
 
     def _train_dataset(self, start_step):
         cfg = self.cfg
@@ -137,7 +343,7 @@ class _Run:
                 context.get_per_replica_batch_size(cfg.global_batch_size), training=True, seed=cfg.seed,
                 crop=cfg.crop, crop_min_area=cfg.crop_min_area, flip=cfg.flip, shuffle_buffer=cfg.shuffle_buffer,
                 start_index=start_step * cfg.global_batch_size // context.num_input_pipelines,
-                input_context=context, batch_transform=transform,
+                input_context=context, batch_transform=transform, skip_files=self.skip_files,
             )
             return ds
 
@@ -150,7 +356,7 @@ class _Run:
         def dataset_fn(context):
             per_replica = context.get_per_replica_batch_size(cfg.global_batch_size)
             ds, _ = data.make_dataset(cfg.dataset, self.eval_split, cfg.data_dir, cfg.image_size, per_replica,
-                                      training=False, input_context=context)
+                                      training=False, input_context=context, skip_files=self.skip_files)
             pipelines = context.num_input_pipelines
             steps.append(data.eval_batches_per_pipeline(self.num_eval, cfg.global_batch_size, pipelines))
             return data.pad_eval_batches(ds, per_replica, steps[-1] * (context.num_replicas_in_sync // pipelines))
@@ -187,17 +393,20 @@ class _Run:
             if replicas > 1:
                 grads = [g / replicas for g in grads]
             optimizer.apply(grads, variables)
-            return loss
+            # 1.0 when a weight or optimizer variable is no longer finite (this replica's copy, after the update).
+            bad = 1.0 - tf.cast(tf.reduce_all(tf.stack([tf.reduce_all(tf.math.is_finite(v))
+                                                         for v in self.float_variables])), tf.float32)
+            return tf.stack([loss, bad])
 
         if cfg.jit_compile:
             replica_step = tf.function(replica_step, jit_compile=True)
 
         @tf.function
-        def train_step(iterator):
+        def train_step(iterator):  # [loss, replicas whose state is not finite], one reduction
             images, labels = next(iterator)
-            loss = self.strategy.run(replica_step, args=(images, labels))
+            loss_and_bad = self.strategy.run(replica_step, args=(images, labels))
             self.step.assign_add(1)
-            return self.strategy.reduce(tf.distribute.ReduceOp.SUM, loss, axis=None)
+            return self.strategy.reduce(tf.distribute.ReduceOp.SUM, loss_and_bad, axis=None)
 
         return train_step
 
@@ -271,22 +480,16 @@ class _Run:
         progress = _Progress(self.total_steps, enabled=self.chief)
         timed_from, timed_steps, window_start, window_step = None, 0, time.perf_counter(), start
         for step in range(start + 1, self.total_steps + 1):
-            loss = float(train_step(iterator))
-            if not math.isfinite(loss):
-                last = tf.train.latest_checkpoint(self.checkpoint_dir)
-                raise TrainingDiverged(
-                    f"Loss became {loss} at step {step}; stopped without saving. The last good checkpoint is "
-                    f"{last or 'none (no checkpoint was written yet)'}. Lower --learning_rate, add warm-up "
-                    f"(--warmup_steps) or gradient clipping (--grad_clip_norm), then rerun the same command to "
-                    f"resume from it (or use a new --workdir)."
-                )
+            loss, bad = (float(x) for x in train_step(iterator))
+            if not math.isfinite(loss) or bad:
+                raise self._diverged(step, loss)
             now = time.perf_counter()
             if timed_from is None:
                 timed_from = now  # the first step includes tracing; throughput counts the rest
             else:
                 timed_steps += 1
             if step % cfg.checkpoint_every == 0 or step == self.total_steps:
-                self.manager.save(checkpoint_number=step)
+                self.manager.save(checkpoint_number=step)  # the state was checked finite by this step
             if step % cfg.log_every == 0 or step == self.total_steps:
                 rate = cfg.global_batch_size * (step - window_step) / max(now - window_start, 1e-9)
                 window_start, window_step = now, step
@@ -351,7 +554,7 @@ class _Run:
 
     def _show_predictions(self, classify):
         cfg = self.cfg
-        source = data.dataset_source(cfg.dataset, self.eval_split, cfg.data_dir)
+        source = data.dataset_source(cfg.dataset, self.eval_split, cfg.data_dir, skip_files=self.skip_files)
         images, labels = [], []
         for image, label in source.elements.shuffle(1000, seed=0).take(cfg.show_predictions):
             image = data.eval_image(source.decode(image), (cfg.image_size, cfg.image_size))
@@ -376,6 +579,58 @@ _SCALAR_METADATA = summary_pb2.SummaryMetadata(
 def _scalar(name, value, step):
     """`tf.summary.scalar` without the tensorboard package (tensorflow-cpu does not ship it)."""
     tf.summary.write(name, tf.constant(value, tf.float32), step=step, metadata=_SCALAR_METADATA)
+
+
+def _checkpoints_on_disk(directory):
+    """`(number, prefix)` of every `ckpt-N.index` in `directory`, the newest (highest N) first."""
+    found = [re.fullmatch(r"ckpt-(\d+)\.index", name) for name in _listdir(directory)]
+    return sorted(((int(m.group(1)), os.path.join(directory, m.group(0)[:-len(".index")])) for m in found if m),
+                  reverse=True)
+
+
+def _listdir(directory):
+    """The names in `directory` (listed, not globbed), none when it does not exist."""
+    if not tf.io.gfile.isdir(directory):
+        return []
+    return [name.rstrip("/") for name in tf.io.gfile.listdir(directory)]
+
+
+def _write_checkpoint_state(directory, prefixes):
+    """Rewrites the `checkpoint` state file that `tf.train.CheckpointManager` reads: `prefixes`, oldest first.
+
+    Their files' times go in as the save times (and the last preserved time before them), so the manager
+    rotates exactly these, oldest first, and the last one is the latest.
+    """
+    names = [os.path.basename(p) for p in prefixes]
+    times = [tf.io.gfile.stat(p + ".index").mtime_nsec / 1e9 for p in prefixes]
+    lines = [f'model_checkpoint_path: "{names[-1]}"']
+    lines += [f'all_model_checkpoint_paths: "{name}"' for name in names]
+    lines += [f"all_model_checkpoint_timestamps: {t!r}" for t in times]
+    lines.append(f"last_preserved_timestamp: {min(times) - 1.0!r}")
+    _write_atomically(os.path.join(directory, "checkpoint"), "\n".join(lines) + "\n")
+
+
+def _write_atomically(path, text):
+    """Writes whole, then renames: other workers may be reading `path`."""
+    with tf.io.gfile.GFile(path + ".tmp", "w") as f:
+        f.write(text)
+    tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
+
+
+def _short(error) -> str:
+    """`Type: first line` of an exception, without TensorFlow's `{{function_node ...}}` prefix."""
+    text = re.sub(r"^\{\{function_node [^}]*\}\}\s*", "", str(error).strip()).splitlines()
+    return f"{type(error).__name__}: {text[0][:200] if text else ''}".rstrip(": ")
+
+
+def _file_on_path(path):
+    """The nearest existing ancestor of a local `path` (or `path`) when it is a file, else None."""
+    while path and not os.path.exists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            return None
+        path = parent
+    return path if path and os.path.isfile(path) else None
 
 
 def _softmax(logits):

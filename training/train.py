@@ -12,7 +12,11 @@ Examples:
         --data_dir=/data/tfds --workdir=/tmp/ft
     python -m training.train --recipe=augreg --dataset=imagenet2012 --strategy=tpu --tpu=local
 
-A killed run resumes when restarted with the same command. The exit status is 1 when the loss diverges.
+A killed run resumes when restarted with the same command, from the newest checkpoint that can be read.
+The exit status is 1 when the loss diverges (the message names the last good checkpoint and the flags that
+continue from it: a lower --learning_rate with --resume_with_changes), 2 when the run cannot start (an
+unwritable or mismatched --workdir, unreadable checkpoints, a missing dataset, undecodable images); both
+print one `error: ...` line.
 """
 
 from __future__ import annotations
@@ -96,6 +100,16 @@ _define("integer", "log_every", "Progress and summaries every N steps.")
 _define("integer", "eval_every", "Evaluate every N steps (default: only at the end).")
 _define("bool", "export", "Save model.keras and export a SavedModel at the end.")
 _define("integer", "show_predictions", "Test images classified with the exported model at the end.")
+# How to treat an existing workdir and the data (not part of the config).
+flags.DEFINE_bool("resume_with_changes", False, "Resume although optimisation flags "
+                  f"({', '.join(config_lib.OPTIMISATION_FIELDS)}) differ from WORKDIR/config.json, e.g. with a "
+                  "lower --learning_rate after a divergence; each change is recorded there. Model and data flags "
+                  "must still match.")
+flags.DEFINE_bool("overwrite_checkpoints", False, "Delete WORKDIR/checkpoints' files and train from step 0 when "
+                  "none of them can be restored (without it such a workdir is refused). Readable checkpoints "
+                  "are always resumed from.")
+flags.DEFINE_bool("skip_bad_images", False, "Leave out the files of a folder dataset that cannot be decoded "
+                  "(found by a header check of both splits before training) instead of stopping.")
 
 
 def config_from_flags() -> config_lib.Config:
@@ -127,13 +141,17 @@ def main(argv):
     if not FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)  # TensorFlow's INFO lines would bury the progress
     cfg = config_from_flags()
-    from training import loop  # imports TensorFlow and Keras only once the flags are valid
+    from training import data, loop  # imports TensorFlow and Keras only once the flags are valid
 
     try:
-        loop.run(cfg)
+        loop.run(cfg, resume_with_changes=FLAGS.resume_with_changes, overwrite_checkpoints=FLAGS.overwrite_checkpoints,
+                 skip_bad_images=FLAGS.skip_bad_images)
     except loop.TrainingDiverged as error:
         print(f"error: {error}", file=sys.stderr, flush=True)
         sys.exit(1)
+    except (loop.WorkdirError, data.DatasetNotFoundError, data.InvalidDatasetError) as error:
+        print(f"error: {error}", file=sys.stderr, flush=True)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

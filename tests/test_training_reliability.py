@@ -1,0 +1,317 @@
+"""training.loop when things go wrong: divergence, resuming with changes, damaged checkpoints, an unwritable
+workdir, undecodable images and empty classes of a folder dataset. Tiny configs; most runs in this process."""
+
+import contextlib
+import io
+import json
+import os
+import re
+import shutil
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from training import config, data, loop
+
+TINY = dict(image_size=8, patch_size=4, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32, global_batch_size=16,
+            log_every=1, show_predictions=0, export=False)
+# Adam at 1e5 without warm-up: finite for two steps, then the weights overflow (the reviewer's reproduction).
+DIVERGING = dict(steps=10, learning_rate=1e5, warmup_steps=0, checkpoint_every=1)
+
+
+def make_config(workdir, **overrides):
+    return config.make_config("demo", workdir=str(workdir), **{**TINY, **overrides})
+
+
+def run(workdir, **overrides):
+    """`loop.run` here; returns what it printed (it raises what it raises)."""
+    options = {k: overrides.pop(k) for k in ("resume_with_changes", "overwrite_checkpoints", "skip_bad_images")
+               if k in overrides}
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        loop.run(make_config(workdir, **overrides), **options)
+    return out.getvalue()
+
+
+def cli(capsys, workdir, *args, **overrides):
+    """`python -m training.train` (its flags and `main`, in this process) with the tiny config and `overrides`.
+
+    Returns (exit status, stdout, stderr).
+    """
+    from absl import flags
+
+    from training import train
+
+    values = [f"--{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in {**TINY, **overrides}.items()]
+    capsys.readouterr()
+    flags.FLAGS.unparse_flags()
+    flags.FLAGS(["train", f"--workdir={workdir}", *values, *args])
+    status = 0
+    try:
+        train.main(["train"])
+    except SystemExit as stop:
+        status = stop.code
+    finally:
+        flags.FLAGS.unparse_flags()
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def checkpoint_numbers(workdir):
+    names = os.listdir(os.path.join(workdir, "checkpoints"))
+    return sorted(int(n[5:-6]) for n in names if re.fullmatch(r"ckpt-\d+\.index", n))
+
+
+def non_finite_tensors(prefix):
+    """Names of the numeric tensors of a checkpoint that hold a NaN or an infinity (read with numpy)."""
+    reader = tf.train.load_checkpoint(str(prefix))
+    tensors = {k: np.asarray(reader.get_tensor(k)) for k in reader.get_variable_to_shape_map()}
+    floats = {k: v for k, v in tensors.items() if v.dtype.kind == "f"}
+    assert len(floats) > 50  # the model's 24 weights and Adam's 48 moments (the model's are under optimizer/)
+    return sorted(k for k, v in floats.items() if not np.isfinite(v).all())
+
+
+# --- 1, 2: divergence -------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def diverged(tmp_path_factory):
+    """A workdir whose run diverged, and the error message."""
+    workdir = tmp_path_factory.mktemp("diverged")
+    with pytest.raises(loop.TrainingDiverged) as info:
+        run(workdir, **DIVERGING)
+    return workdir, str(info.value)
+
+
+def named_checkpoint(message):
+    match = re.search(r"last good checkpoint is (\S*ckpt-(\d+))", message)
+    assert match, message
+    return match.group(1), int(match.group(2))
+
+
+def test_divergence_saves_only_finite_state_and_names_a_finite_checkpoint(diverged):
+    workdir, message = diverged
+    prefix, step = named_checkpoint(message)
+    assert os.path.exists(prefix + ".index")
+    assert non_finite_tensors(prefix) == []
+    for name in os.listdir(workdir / "checkpoints"):  # nothing non-finite was ever written
+        if name.endswith(".index"):
+            assert non_finite_tensors(workdir / "checkpoints" / name[:-6]) == [], name
+    stopped = int(re.search(r"at step (\d+)", message).group(1))
+    assert step <= stopped - 2 and max(checkpoint_numbers(workdir)) == step  # the one that led to it is aside
+    assert f"--resume_with_changes to continue from {prefix}" in message and "--learning_rate=<lower than" in message
+
+
+def test_advised_rerun_with_a_lower_learning_rate_resumes_and_finishes(diverged, tmp_path, capsys):
+    source, message = diverged
+    prefix, step = named_checkpoint(message)
+    workdir = tmp_path / "run"
+    shutil.copytree(source, workdir)
+    # The advice without --resume_with_changes is refused, and the refusal names the flag.
+    with pytest.raises(loop.WorkdirError, match="learning_rate.*--resume_with_changes"):
+        run(workdir, **{**DIVERGING, "learning_rate": 1e-3})
+    # A model change stays refused, with or without the flag.
+    with pytest.raises(loop.WorkdirError, match="hidden_size cannot change"):
+        run(workdir, **{**DIVERGING, "learning_rate": 1e-3, "hidden_size": 32}, resume_with_changes=True)
+    status, out, err = cli(capsys, workdir, "--resume_with_changes", **{**DIVERGING, "learning_rate": 1e-3})
+    assert status == 0, err[-3000:]
+    resumed_from = prefix.replace(str(source), str(workdir))
+    assert f"resumed from {resumed_from} at step {step}" in out
+    assert "after 10 steps" in out.strip().splitlines()[-1]
+    saved = json.loads((workdir / "config.json").read_text())
+    assert saved["learning_rate"] == 1e-3
+    assert saved["resumed_with_changes"] == [{"step": step, "changed": {"learning_rate": [1e5, 1e-3]}}]
+    assert config.Config.from_json((workdir / "config.json").read_text()).learning_rate == 1e-3
+    assert non_finite_tensors(workdir / "checkpoints" / "ckpt-10") == []
+
+
+# --- 3, 7: damaged checkpoints ----------------------------------------------------------------------------
+
+FINISHED = dict(steps=6, checkpoint_every=2, keep_checkpoints=2)
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """A finished run's workdir: ckpt-4 and ckpt-6 (keep_checkpoints=2)."""
+    workdir = tmp_path_factory.mktemp("finished")
+    run(workdir, **FINISHED)
+    assert checkpoint_numbers(workdir) == [4, 6]
+    return workdir
+
+
+def damage(workdir, how):
+    directory = workdir / "checkpoints"
+    data_file = directory / "ckpt-6.data-00000-of-00001"
+    if how == "state file deleted":
+        os.remove(directory / "checkpoint")
+    elif how == "state file garbled":
+        (directory / "checkpoint").write_bytes(b"\x00\xffnot a checkpoint state {{{")
+    elif how == "latest truncated":
+        data_file.write_bytes(data_file.read_bytes()[:100])
+    elif how == "latest overwritten with garbage":
+        data_file.write_bytes(b"\x13" * data_file.stat().st_size)
+    elif how == "latest deleted":
+        for name in ("ckpt-6.index", data_file.name):
+            os.remove(directory / name)
+
+
+@pytest.mark.parametrize("how, resumed_at", [
+    ("state file deleted", 6), ("state file garbled", 6),
+    ("latest truncated", 4), ("latest overwritten with garbage", 4), ("latest deleted", 4),
+])
+def test_resume_finds_the_newest_readable_checkpoint_on_disk(finished, tmp_path, how, resumed_at):
+    workdir = tmp_path / "run"
+    shutil.copytree(finished, workdir)
+    damage(workdir, how)
+    out = run(workdir, **FINISHED)
+    directory = workdir / "checkpoints"
+    assert f"resumed from {directory / f'ckpt-{resumed_at}'} at step {resumed_at}" in out
+    if how.startswith("latest") and how != "latest deleted":
+        assert f"cannot restore {directory / 'ckpt-6'}: " in out and "falling back" in out
+    assert "after 6 steps" in out.strip().splitlines()[-1]
+    # Both checkpoints are intact (ckpt-6 written again where it was lost); the manager's state says so.
+    assert checkpoint_numbers(workdir) == [4, 6]
+    assert non_finite_tensors(directory / "ckpt-4") == [] == non_finite_tensors(directory / "ckpt-6")
+    state = tf.train.get_checkpoint_state(str(directory))
+    assert [os.path.basename(p) for p in state.all_model_checkpoint_paths] == ["ckpt-4", "ckpt-6"]
+
+
+def test_rotation_after_a_fallback_deletes_no_good_checkpoint_for_a_damaged_one(finished, tmp_path):
+    workdir = tmp_path / "run"
+    shutil.copytree(finished, workdir)
+    damage(workdir, "latest truncated")  # the state file lists ckpt-4 and the damaged ckpt-6; two are kept
+    out = run(workdir, **{**FINISHED, "steps": 5}, resume_with_changes=True)  # from 4, saves ckpt-5 only
+    assert "at step 4" in out and "after 5 steps" in out
+    # The manager counts only the intact ckpt-4 and the new ckpt-5: neither is rotated away for ckpt-6.
+    assert checkpoint_numbers(workdir) == [4, 5, 6]
+    assert non_finite_tensors(workdir / "checkpoints" / "ckpt-4") == []
+
+
+def test_unreadable_checkpoints_are_refused_unless_overwritten(finished, tmp_path):
+    workdir = tmp_path / "run"
+    shutil.copytree(finished, workdir)
+    for number in (4, 6):
+        (workdir / "checkpoints" / f"ckpt-{number}.data-00000-of-00001").write_bytes(b"garbage")
+    with pytest.raises(loop.WorkdirError, match=r"none can be restored.*ckpt-6.*ckpt-4.*--overwrite_checkpoints"):
+        run(workdir, **FINISHED)
+    assert checkpoint_numbers(workdir) == [4, 6]  # nothing deleted
+    out = run(workdir, **FINISHED, overwrite_checkpoints=True)
+    assert "training from step 0" in out and "resumed" not in out and "after 6 steps" in out
+    assert checkpoint_numbers(workdir) == [4, 6] and non_finite_tensors(workdir / "checkpoints" / "ckpt-6") == []
+
+
+def test_leftover_temp_folders_of_interrupted_saves_are_removed(finished, tmp_path):
+    workdir = tmp_path / "run"
+    shutil.copytree(finished, workdir)
+    temp = workdir / "checkpoints" / "ckpt-8_temp"
+    temp.mkdir()
+    (temp / "part-00000-of-00001.index").write_bytes(b"half written")
+    out = run(workdir, **FINISHED)
+    assert not temp.exists()
+    assert re.search(r"removed 1 unfinished checkpoint folder.*ckpt-8_temp", out)
+    assert "at step 6" in out
+
+
+# --- 4: the workdir -------------------------------------------------------------------------------------
+
+
+def test_a_workdir_under_a_file_is_one_error_line(tmp_path, capsys):
+    (tmp_path / "a_file").write_text("not a directory")
+    workdir = tmp_path / "a_file" / "run"
+    status, _, err = cli(capsys, workdir, steps=1)
+    assert status == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ")
+    assert str(workdir) in lines[0] and f"{str(tmp_path / 'a_file')!r} is a file" in lines[0]
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root writes to read-only folders")
+def test_a_read_only_workdir_is_refused(tmp_path):
+    workdir = tmp_path / "read_only"
+    workdir.mkdir()
+    workdir.chmod(0o500)
+    try:
+        with pytest.raises(loop.WorkdirError, match="Cannot write to --workdir"):
+            run(workdir, steps=1)
+    finally:
+        workdir.chmod(0o700)
+
+
+# --- 5, 6: folder datasets ------------------------------------------------------------------------------
+
+
+def write_folder(root, per_class=2):
+    for split in ("train", "validation"):
+        for i, name in enumerate(("blue", "green", "red")):
+            os.makedirs(root / split / name)
+            for j in range(per_class):
+                image = np.full((12, 10, 3), 80 * i + j, np.uint8)
+                (root / split / name / f"{j}.png").write_bytes(tf.io.encode_png(image).numpy())
+
+
+def encoded_images():
+    """Small images in every format `tf.io.decode_image` reads, as bytes."""
+    from PIL import Image
+
+    pixels = np.random.default_rng(0).integers(0, 255, (9, 13, 3), dtype=np.uint8)
+    files = {"png": tf.io.encode_png(pixels).numpy(), "jpg": tf.io.encode_jpeg(pixels).numpy()}
+    for mode, kind in (("RGB", "bmp"), ("L", "bmp"), ("RGBA", "bmp"), ("P", "gif"), ("RGB", "webp")):
+        buffer = io.BytesIO()
+        Image.fromarray(pixels).convert(mode).save(buffer, kind.upper())
+        files[f"{mode}.{kind}"] = buffer.getvalue()
+    return files
+
+
+def test_the_header_check_agrees_with_tensorflows_decoder(tmp_path):
+    cases = {"empty.png": b"", "text.jpg": b"hello, not an image"}
+    for name, encoded in encoded_images().items():
+        cases[f"good.{name}"] = encoded
+        cases[f"half.{name}"] = encoded[:len(encoded) // 2]
+        cases[f"short.{name}"] = encoded[:-2]
+    for name, encoded in cases.items():
+        path = tmp_path / name
+        path.write_bytes(encoded)
+        try:
+            tf.io.decode_image(encoded, channels=3, expand_animations=False)
+            decodes = True
+        except (tf.errors.InvalidArgumentError, ValueError):
+            decodes = False
+        problem = data.image_problem(str(path))
+        assert (problem is None) == decodes, (name, problem)
+        assert name.startswith("good.") == decodes, name
+
+
+def test_bad_images_in_either_split_stop_the_run_before_training_naming_them(tmp_path):
+    root = tmp_path / "images"
+    write_folder(root)
+    (root / "train" / "red" / "bad.png").write_bytes(b"GIF89a, or so it says")
+    good = (root / "validation" / "blue" / "0.png").read_bytes()
+    (root / "validation" / "blue" / "cut.png").write_bytes(good[: len(good) // 2])
+    dataset = f"folder:{root}"
+    with pytest.raises(data.InvalidDatasetError) as info:
+        run(tmp_path / "run", dataset=dataset, steps=2)
+    message = str(info.value)
+    for bad in (root / "train" / "red" / "bad.png", root / "validation" / "blue" / "cut.png"):
+        assert str(bad) in message
+    assert message.startswith("2 of 14 files") and "--skip_bad_images" in message
+    assert not (tmp_path / "run" / "checkpoints").exists()  # found before anything trained
+    out = run(tmp_path / "run", dataset=dataset, steps=2, global_batch_size=4, skip_bad_images=True)
+    first = out.splitlines()[0]
+    assert first.startswith("skipping 2 image file(s)") and "--skip_bad_images" in first
+    assert "on 6 validation images after 2 steps" in out.strip().splitlines()[-1]
+
+
+def test_an_empty_class_folder_is_refused_naming_it(tmp_path):
+    root = tmp_path / "images"
+    write_folder(root)
+    (root / "train" / "purple").mkdir()
+    (root / "train" / "purple" / "notes.txt").write_text("no images here")
+    with pytest.raises(data.InvalidDatasetError, match=re.escape(str(root / "train" / "purple"))) as info:
+        data.dataset_source(f"folder:{root}", "validation")
+    assert "delete the folder" in str(info.value)
+    os.remove(root / "train" / "purple" / "notes.txt")
+    os.rmdir(root / "train" / "purple")
+    os.remove(root / "validation" / "red" / "0.png")  # a class may be rarer, or absent, in the eval split
+    os.remove(root / "validation" / "red" / "1.png")
+    assert data.dataset_source(f"folder:{root}", "validation").num_classes == 3
