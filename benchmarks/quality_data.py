@@ -7,6 +7,8 @@ Each writes the ImageFolder layout `ROOT/{train,test}/<class>/*.png` that both t
   15 degrees, strokes thickened half of the time, placed near the centre of a black 28x28 canvas with a
   few pixels of jitter; train and test come from disjoint original digits.
 - `shapes`: ten generated shapes with random size, position, colours and noise (`train_shapes_folder.py`).
+- `letters28`: the letters A-J in Pillow's default font, 14-22 px, rotated up to 15 degrees, jittered
+  around the centre of a black 28x28 canvas: the fine-tuning target of `transfer.py` (digits28 -> letters28).
 - `textures`: eight colour-texture classes (stripes at three angles, checkerboard, dots, rings, smooth
   blobs, a colour gradient) with random frequency, phase, colours and noise.
 
@@ -59,6 +61,19 @@ def _digits28(root, train_per_class, test_per_class, rng):
             os.makedirs(folder, exist_ok=True)
             for i in range(count):  # cycles through the class's originals, each copy newly distorted
                 _save(_mnist_like(images[pool[i % len(pool)]], rng), os.path.join(folder, f"{i:05d}.png"))
+
+
+LETTERS = tuple("ABCDEFGHIJ")
+
+
+def letter(kind: str, rng) -> np.ndarray:
+    """One 28x28 grayscale uint8 image of the letter `kind`."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    glyph = Image.new("L", (40, 40))
+    ImageDraw.Draw(glyph).text((20, 20), kind, fill=255, anchor="mm", font=ImageFont.load_default(size=int(rng.integers(14, 23))))
+    glyph = glyph.rotate(rng.uniform(-15, 15), resample=Image.BILINEAR, translate=tuple(rng.integers(-3, 4, size=2)))
+    return np.asarray(glyph.crop((6, 6, 34, 34)))
 
 
 def texture(kind: str, rng) -> np.ndarray:
@@ -115,7 +130,10 @@ def make(kind: str, root: str, train_per_class: int, test_per_class: int, seed: 
 
         _images(root, SHAPES, draw, train_per_class, test_per_class, rng)
         return len(SHAPES)
+    if kind == "letters28":
+        _images(root, LETTERS, letter, train_per_class, test_per_class, rng)
+        return len(LETTERS)
     if kind == "textures":
         _images(root, TEXTURES, texture, train_per_class, test_per_class, rng)
         return len(TEXTURES)
-    raise ValueError(f"Unknown folder kind. Received: kind={kind!r}; known: digits28, shapes, textures")
+    raise ValueError(f"Unknown folder kind. Received: kind={kind!r}; known: digits28, letters28, shapes, textures")

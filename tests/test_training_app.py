@@ -36,7 +36,7 @@ def test_one_device_run_writes_config_checkpoints_metrics_and_a_summary_line(tmp
     lines = result.stdout.strip().splitlines()
     assert any(line.startswith("step 2: eval_accuracy=") for line in lines)
     assert lines[-1].startswith("final: eval_accuracy=") and "359 test images after 4 steps" in lines[-1]
-    assert any(line.startswith("step 2/4 loss=") and "images_per_sec=" in line for line in lines)
+    assert any(line.startswith("step 2/4 (50%) loss=") and "img/s ETA" in line for line in lines)
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["steps"] == 4 and 0.0 <= metrics["eval_accuracy"] <= 1.0 and metrics["eval_loss"] > 0
     assert metrics["train_images_per_sec"] > 0 and f"{metrics['eval_accuracy']:.4f}" in lines[-1]

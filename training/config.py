@@ -5,11 +5,18 @@ explicitly and written to `WORKDIR/config.json`. A recipe is a named set of fiel
 and 4, Appendix B.1; AugReg from big_vision); explicit flags override the recipe, which overrides the
 defaults of `Config`.
 
+Without a recipe (`recipe=None`, the app's default), `choose_recipe` picks one from the situation and says
+why: the embedded digits get `demo`, `--weights` gets `finetune`, anything else `scratch` (the small-data
+recipe); when the recipe was chosen, the augmentation also follows the image size (`situational_augmentation`).
+
 Example:
     >>> from training.config import make_config
     >>> cfg = make_config("finetune", dataset="cifar10", model="vit_b16")
     >>> cfg.optimizer, cfg.image_size, cfg.zero_head
     ('sgd', 384, True)
+    >>> cfg = make_config(None, dataset="folder:/data/letters", image_size=28)
+    >>> cfg.recipe, cfg.optimizer, cfg.crop, cfg.flip
+    ('scratch', 'adamw', 'translate', False)
 """
 
 from __future__ import annotations
@@ -22,7 +29,8 @@ OPTIMIZERS = ("adam", "adamw", "sgd")
 SCHEDULES = ("cosine", "linear", "constant")
 PRECISIONS = ("none", "bfloat16", "float16")
 STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker", "tpu")
-CROPS = ("inception", "none")
+CROPS = ("inception", "translate", "none")
+SMALL_IMAGE = 64  # at most this many pixels a side: translation, not crops, and no flips (glyphs, icons)
 
 # Fields that a run may change when it resumes with `--resume_with_changes`: they change the optimisation from
 # the restored step on (the schedule and its length, the update rule's hyperparameters, the loss), not the
@@ -44,6 +52,7 @@ class Config:
     """
 
     recipe: str = "demo"
+    recipe_reason: str | None = None  # why the recipe was chosen, when no --recipe was given
     # Model.
     model: str = "tiny"
     patch_size: int | None = None
@@ -95,7 +104,7 @@ class Config:
     seed: int = 0
     checkpoint_every: int = 500
     keep_checkpoints: int = 2
-    log_every: int = 50
+    log_every: int | None = None  # None: about 20 lines a run (training.progress.log_cadence)
     eval_every: int | None = None
     export: bool = True
     show_predictions: int = 8
@@ -135,8 +144,32 @@ class Config:
         return cls(**values)
 
 
-# Paper Table 3 (pre-training), Appendix B.1.1 (fine-tuning), big_vision AugReg configs.
+# Paper Table 3 (pre-training), Appendix B.1.1 (fine-tuning), big_vision AugReg configs, and the small-data
+# recipe for training from scratch on a user's dataset.
 RECIPES: dict[str, dict] = {
+    # Training from scratch on a small dataset (thousands of images), the common case of a user's folder. The
+    # AugReg finding (Steiner et al. 2021) at small scale: augmentation and regularisation stand in for data.
+    # AdamW 2e-3 with decoupled weight decay 0.05, warm-up 200 steps (clamped to a tenth of a short run),
+    # cosine decay, label smoothing 0.1 and, for small images, random translation by up to a tenth of the
+    # side (a resized crop cuts glyphs; flips change them). Measured against a plain Keras ViT in
+    # benchmarks/train_quality.py (benchmarks/TRAINING.md).
+    "scratch": dict(
+        dataset=None,
+        model="tiny",
+        image_size=32,
+        epochs=30,
+        global_batch_size=128,
+        optimizer="adamw",
+        learning_rate=2e-3,
+        warmup_steps=200,
+        schedule="cosine",
+        weight_decay=0.05,
+        grad_clip_norm=1.0,
+        label_smoothing=0.1,
+        crop="translate",
+        flip=False,
+        checkpoint_every=500,
+    ),
     # The embedded offline demo: a small ViT (142k parameters) on scikit-learn's 8x8 digits.
     "demo": dict(
         dataset="digits",
@@ -154,7 +187,6 @@ RECIPES: dict[str, dict] = {
         weight_decay=0.0,
         grad_clip_norm=1.0,
         checkpoint_every=500,
-        log_every=200,
     ),
     # ImageNet-21k pre-training: Adam(0.9, 0.999), batch 4096, 10k warm-up, linear decay, wd 0.03,
     # clip 1, dropout 0.1, a tanh pre-logits layer of width D, head bias -10, 90 epochs at 224.
@@ -177,7 +209,6 @@ RECIPES: dict[str, dict] = {
         crop_min_area=0.05,
         flip=True,
         checkpoint_every=1000,
-        log_every=100,
     ),
     # Fine-tuning: SGD momentum 0.9, batch 512, cosine, 500 warm-up, no weight decay, clip 1, resolution
     # 384 (position embeddings resampled by the loader), zero-initialised head; 10k steps (CIFAR).
@@ -199,7 +230,6 @@ RECIPES: dict[str, dict] = {
         crop_min_area=0.05,
         flip=True,
         checkpoint_every=1000,
-        log_every=100,
     ),
     # AugReg (Steiner et al. 2021, big_vision): Adam with decoupled weight decay 0.1, lr 1e-3, batch 4096,
     # 10k warm-up, cosine, 300 epochs, RandAugment(2, 15) + Mixup 0.2 ("medium1"), inception crop + flip.
@@ -221,25 +251,52 @@ RECIPES: dict[str, dict] = {
         crop_min_area=0.05,
         flip=True,
         checkpoint_every=1000,
-        log_every=100,
     ),
 }
 
 
-def make_config(recipe: str = "demo", **overrides) -> Config:
+def choose_recipe(overrides: dict) -> tuple[str, str]:
+    """(recipe, reason) for a run given without `--recipe`, from the flags that were given."""
+    dataset = overrides.get("dataset")
+    if overrides.get("weights"):
+        return "finetune", f"fine-tuning from --weights={overrides['weights']}"
+    if dataset in (None, "digits"):
+        return "demo", "the embedded digits demo"
+    return "scratch", f"training from scratch on {dataset}: the small-data recipe (--recipe=augreg for large data)"
+
+
+def situational_augmentation(values: dict, overrides: dict) -> dict:
+    """Crop and flip by image size for a chosen recipe (explicit --crop/--flip win): small images
+    (<= `SMALL_IMAGE`) are translated, not cropped, and not flipped; larger ones get the Inception crop from
+    a quarter of the area (0.05 is for ImageNet-scale pre-training) with flips."""
+    if "crop" in overrides or "flip" in overrides or values.get("dataset") == "digits":
+        return values
+    if values["image_size"] <= SMALL_IMAGE:
+        return dict(values, crop="translate", flip=False)
+    return dict(values, crop="inception", crop_min_area=max(values.get("crop_min_area", 0.05), 0.25), flip=True)
+
+
+def make_config(recipe: str | None = "demo", **overrides) -> Config:
     """The recipe's values, then `overrides` (the explicitly given flags), as one frozen `Config`.
+
+    `recipe=None` chooses one from the situation (`choose_recipe`) and records why in `recipe_reason`.
 
     Raises:
         ValueError: for an unknown recipe or field, or an invalid value.
     """
+    reason = None
+    if recipe is None:
+        recipe, reason = choose_recipe(overrides)
     if recipe not in RECIPES:
         raise ValueError(f"Unknown recipe. Received: recipe={recipe!r}. Known recipes: {', '.join(RECIPES)}.")
     fields = {f.name for f in dataclasses.fields(Config)}
     unknown = sorted(set(overrides) - fields)
     if unknown:
         raise ValueError(f"Unknown config fields. Received: {unknown}.")
-    values = dict(RECIPES[recipe], recipe=recipe)
+    values = dict(RECIPES[recipe], recipe=recipe, recipe_reason=reason)
     values.update(overrides)
+    if reason is not None:
+        values = situational_augmentation(values, overrides)
     # An explicit --steps replaces the recipe's epochs and vice versa.
     for given, other in (("steps", "epochs"), ("epochs", "steps")):
         if overrides.get(given) is not None and other not in overrides:
@@ -281,10 +338,11 @@ def _validate(cfg: Config) -> None:
         )
     if (cfg.steps is None) == (cfg.epochs is None):
         raise ValueError(f"Give exactly one of `steps` and `epochs`. Received: steps={cfg.steps}, epochs={cfg.epochs}")
-    for name in ("image_size", "global_batch_size", "learning_rate", "checkpoint_every", "log_every",
+    for name in ("image_size", "global_batch_size", "learning_rate", "checkpoint_every",
                  "keep_checkpoints", "shuffle_buffer"):
         positive(name)
-    for name in ("steps", "epochs", "eval_every", "grad_clip_norm", "patch_size", "hidden_size", "num_layers",
+    for name in ("steps", "epochs", "eval_every", "log_every", "grad_clip_norm", "patch_size", "hidden_size",
+                 "num_layers",
                  "num_heads", "mlp_dim", "representation_size"):
         positive(name, allow_none=True)
     for name in ("dropout_rate", "drop_path_rate", "label_smoothing"):

@@ -333,8 +333,11 @@ def _epochs_from(elements, num_examples, seed, shuffle_buffer, start_index):
     return tf.data.Dataset.counter(start_epoch).flat_map(epoch).skip(offset)
 
 
+TRANSLATE = 0.1  # the largest shift of crop="translate", as a fraction of the side
+
+
 def train_image(image, size, seed, crop="inception", crop_min_area=0.05, flip=True):
-    """Inception crop + resize + flip of one uint8 image, stateless in `seed` (shape (2,) int)."""
+    """Crop (Inception, translate or none) + resize + flip of one uint8 image, stateless in `seed` ((2,) int)."""
     seeds = tf.random.experimental.stateless_split(tf.cast(seed, tf.int64), 2)
     if crop == "inception":
         begin, crop_size, _ = tf.image.stateless_sample_distorted_bounding_box(
@@ -349,6 +352,10 @@ def train_image(image, size, seed, crop="inception", crop_min_area=0.05, flip=Tr
         )
         image = tf.slice(image, begin, crop_size)
     image = tf.image.resize(image, size, method="bilinear")
+    if crop == "translate":  # a random shift by up to TRANSLATE of each side, the borders reflected
+        pad = [max(1, round(TRANSLATE * side)) for side in size]
+        image = tf.pad(image, [[pad[0], pad[0]], [pad[1], pad[1]], [0, 0]], mode="REFLECT")
+        image = tf.image.stateless_random_crop(image, (*size, 3), seed=seeds[0])
     if flip:
         image = tf.image.stateless_random_flip_left_right(image, seeds[1])
     image.set_shape((*size, 3))

@@ -30,7 +30,8 @@ Robustness:
       and refused, or skipped with `skip_bad_images`.
 
 Outputs (in `cfg.workdir`, written by the chief): `config.json`, `checkpoints/`, `tensorboard/`,
-`metrics.json`, `model.keras`, `export/1/` (SavedModel, when `keras_vit.export` is available).
+`metrics.json`, `model.keras` (with its class names in `model.labels.txt`, which `python -m keras_vit.export`
+reads), `export/1/` (SavedModel, when `keras_vit.export` is available).
 """
 
 from __future__ import annotations
@@ -40,7 +41,6 @@ import math
 import os
 import re
 import shutil
-import sys
 import time
 
 import keras
@@ -48,17 +48,20 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
-from training import augment, data, distribute
+from training import augment, data, distribute, optim, progress
 from training.config import OPTIMISATION_FIELDS, Config
 from training.model import build_model
 from training.optim import make_optimizer
 
 # Fields that may change between a run and its resumption (they do not change what is computed).
 RESUMABLE_CHANGES = {"log_every", "show_predictions", "export", "strategy", "tpu", "jit_compile", "eval_every",
-                     "checkpoint_every", "keep_checkpoints", "data_dir", "download", "workdir"}
+                     "checkpoint_every", "keep_checkpoints", "data_dir", "download", "workdir", "recipe_reason"}
 # Fields that may change on resume with `resume_with_changes` (the optimisation's, see training.config).
 OPTIMISATION_CHANGES = set(OPTIMISATION_FIELDS)
 HISTORY_KEY = "resumed_with_changes"  # in config.json: [{"step": N, "changed": {field: [old, new]}}, ...]
+
+
+EVAL_PROGRESS_FROM = 50  # evaluations of at least this many batches print progress
 
 
 class TrainingDiverged(RuntimeError):
@@ -435,14 +438,25 @@ class _Run:
         dataset, steps, eval_step = self._evaluation
         iterator = iter(dataset)
         totals = np.zeros(3)
-        for _ in range(steps):
+        # A line per tenth of a long evaluation (the batch size is per step, summed over replicas).
+        shown = progress.Progress(steps, max(1, steps // 10), items_per_step=self.cfg.global_batch_size,
+                                  enabled=self.chief and steps >= EVAL_PROGRESS_FROM, label="eval batch")
+        for batch in range(1, steps + 1):
             totals += [float(x) for x in eval_step(iterator)]
+            shown.update(batch)
         loss_sum, correct, count = totals
         return {"eval_loss": loss_sum / count, "eval_accuracy": correct / count, "eval_examples": int(count)}
 
     def train_and_evaluate(self) -> dict:
         cfg = self.cfg
         start = int(self.step.numpy())
+        if cfg.recipe_reason:
+            self._print(f"recipe: {cfg.recipe}, chosen for {cfg.recipe_reason}; --recipe=NAME chooses another")
+        else:
+            self._print(f"recipe: {cfg.recipe} (--recipe)")
+        _, warmup_note = optim.fitted_warmup(cfg.warmup_steps, self.total_steps)
+        if warmup_note:
+            self._print(warmup_note)
         self._print(
             f"training {self.model.name} ({self.model.count_params():,} parameters) on {cfg.dataset} "
             f"[{self.train_split}: {self.num_train} images, {self.num_classes} classes] for {self.total_steps} steps "
@@ -477,7 +491,9 @@ class _Run:
         cfg = self.cfg
         train_step = self._make_train_step()
         iterator = iter(self._train_dataset(start))
-        progress = _Progress(self.total_steps, enabled=self.chief)
+        every = cfg.log_every or progress.log_cadence(self.total_steps)
+        shown = progress.Progress(self.total_steps, every, start=start, items_per_step=cfg.global_batch_size,
+                                  enabled=self.chief)
         timed_from, timed_steps, window_start, window_step = None, 0, time.perf_counter(), start
         for step in range(start + 1, self.total_steps + 1):
             loss, bad = (float(x) for x in train_step(iterator))
@@ -490,7 +506,7 @@ class _Run:
                 timed_steps += 1
             if step % cfg.checkpoint_every == 0 or step == self.total_steps:
                 self.manager.save(checkpoint_number=step)  # the state was checked finite by this step
-            if step % cfg.log_every == 0 or step == self.total_steps:
+            if shown.due(step):
                 rate = cfg.global_batch_size * (step - window_step) / max(now - window_start, 1e-9)
                 window_start, window_step = now, step
                 lr = float(self.optimizer.learning_rate)
@@ -498,7 +514,9 @@ class _Run:
                     _scalar("loss", loss, step=step)
                     _scalar("learning_rate", lr, step=step)
                     _scalar("images_per_sec", rate, step=step)
-                progress.update(step, loss=loss, lr=lr, images_per_sec=rate)
+                shown.update(step, now=now, loss=loss, lr=lr)
+            else:
+                shown.update(step, now=now)
             if cfg.eval_every and step % cfg.eval_every == 0 and step != self.total_steps:
                 metrics = self.evaluate()
                 with self.writers["eval"].as_default():
@@ -521,6 +539,8 @@ class _Run:
             shutil.rmtree(self._worker_dir("checkpoints"), ignore_errors=True)
             return
         model.save(os.path.join(cfg.workdir, "model.keras"))
+        with tf.io.gfile.GFile(os.path.join(cfg.workdir, "model.labels.txt"), "w") as f:  # for later exports
+            f.write("".join(f"{name}\n" for name in self.class_names))
         model.save_weights(os.path.join(cfg.workdir, "model.weights.h5"))
         classify = None
         if cfg.export:
@@ -654,23 +674,3 @@ def _float32_copy(model):
     copy = keras.saving.deserialize_keras_object(to_float32(keras.saving.serialize_keras_object(model)))
     copy.set_weights([np.asarray(w, np.float32) for w in model.get_weights()])
     return copy
-
-
-class _Progress:
-    """A Keras progress bar on a terminal; one log line per `log_every` steps otherwise."""
-
-    def __init__(self, total, enabled):
-        self.enabled = enabled
-        self.interactive = enabled and sys.stdout.isatty()
-        self.bar = keras.utils.Progbar(total, stateful_metrics=["loss", "lr", "images_per_sec"]) \
-            if self.interactive else None
-        self.total = total
-
-    def update(self, step, **values):
-        if not self.enabled:
-            return
-        if self.bar is not None:
-            self.bar.update(step, values=list(values.items()))
-        else:
-            text = " ".join(f"{k}={v:.4g}" for k, v in values.items())
-            print(f"step {step}/{self.total} {text}", flush=True)

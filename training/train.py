@@ -44,8 +44,9 @@ def _define(kind, name, help_text, **kwargs):
     _FIELDS[name] = kind
 
 
-flags.DEFINE_enum("recipe", "demo", list(config_lib.RECIPES), "Named set of the paper's hyperparameters; "
-                  "explicit flags override it.")
+flags.DEFINE_enum("recipe", None, list(config_lib.RECIPES), "Named set of hyperparameters; explicit flags "
+                  "override it. Default: chosen from the situation (demo for the embedded digits, finetune with "
+                  "--weights, scratch otherwise) and printed on the first line.")
 # Model.
 _define("string", "model", "'tiny' or a variant name such as vit_ti16, vit_b16, vit_l16.")
 for _name in ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim"):
@@ -64,7 +65,8 @@ _define("bool", "download", "Let tensorflow-datasets download and prepare a miss
 _define("string", "train_split", "Training split (default train).")
 _define("string", "eval_split", "Evaluation split (default test, val or validation).")
 _define("integer", "image_size", "Training and evaluation resolution.", lower_bound=1)
-_define("enum", "crop", "Training crop: inception (random-resized) or none.", enum_values=list(config_lib.CROPS))
+_define("enum", "crop", "Training crop: inception (random-resized), translate (random shift by up to a tenth of "
+        "the side, reflected borders) or none.", enum_values=list(config_lib.CROPS))
 _define("float", "crop_min_area", "Smallest Inception-crop area fraction (0.05 officially).")
 _define("bool", "flip", "Random horizontal flips while training.")
 _define("string", "randaugment", "RandAugment 'num_ops,magnitude' (magnitude 0..30), e.g. 2,15; 'none' to disable.")
@@ -96,7 +98,7 @@ _define("string", "workdir", "Where config, checkpoints, summaries, metrics and 
 _define("integer", "seed", "Seed of initialisation, data order and augmentation.")
 _define("integer", "checkpoint_every", "Checkpoint every N steps (and at the end).")
 _define("integer", "keep_checkpoints", "Checkpoints kept.")
-_define("integer", "log_every", "Progress and summaries every N steps.")
+_define("integer", "log_every", "Progress and summaries every N steps (default: about 20 lines a run).")
 _define("integer", "eval_every", "Evaluate every N steps (default: only at the end).")
 _define("bool", "export", "Save model.keras and export a SavedModel at the end.")
 _define("integer", "show_predictions", "Test images classified with the exported model at the end.")

@@ -1,0 +1,88 @@
+"""Fine-tuning against training from scratch: pre-train on one generated folder, fine-tune on another.
+
+Pre-trains the app's small ViT on `digits28` (MNIST-like digits, `quality_data.py`) with the app's
+defaults, then trains on a small `letters28` set (few images per class) twice with the same budget: from
+scratch, and from the pre-trained `model.weights.h5` (`--weights=...`, every other value the app's default
+for that situation). Also reports few-shot linear accuracy (`training.fewshot`) of the pre-trained and of a
+random model on letters28. Prints one table and optionally writes JSON.
+
+    python benchmarks/transfer.py --json benchmarks/transfer.json
+"""
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+
+import quality_data  # noqa: E402
+
+MODEL = ["--model=tiny", "--image_size=28"]
+
+
+def train(dataset_root, workdir, env, *flags):
+    command = [sys.executable, "-m", "training.train", f"--dataset=folder:{dataset_root}", f"--workdir={workdir}",
+               *MODEL, "--export=false", "--show_predictions=0", *flags]
+    start = time.perf_counter()
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, env=env, check=False)
+    if done.returncode:
+        raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
+    with open(os.path.join(workdir, "metrics.json"), encoding="utf-8") as file:
+        metrics = json.load(file)
+    first = done.stdout.splitlines()[0] if done.stdout else ""
+    return {"accuracy": metrics["eval_accuracy"], "steps": metrics["steps"], "wall_s": time.perf_counter() - start,
+            "first_line": first}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--pretrain_per_class", type=int, default=400)
+    parser.add_argument("--pretrain_epochs", type=float, default=10)
+    parser.add_argument("--finetune_per_class", type=int, default=20)
+    parser.add_argument("--finetune_epochs", type=float, default=30)
+    parser.add_argument("--seeds", type=int, default=2)
+    parser.add_argument("--json")
+    args = parser.parse_args(argv)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    results = {"scratch": [], "finetuned": []}
+    with tempfile.TemporaryDirectory() as scratch:
+        source, target = os.path.join(scratch, "digits28"), os.path.join(scratch, "letters28")
+        quality_data.make("digits28", source, args.pretrain_per_class, 50)
+        quality_data.make("letters28", target, args.finetune_per_class, 50, seed=1)
+        pre = train(source, os.path.join(scratch, "pre"), env, f"--epochs={args.pretrain_epochs}")
+        print(f"pre-trained on digits28: {pre['accuracy']:.4f} ({pre['steps']} steps)", flush=True)
+        weights = os.path.join(scratch, "pre", "model.weights.h5")
+        budget = [f"--epochs={args.finetune_epochs}", "--global_batch_size=32"]
+        for seed in range(args.seeds):
+            for kind, extra in (("scratch", []), ("finetuned", [f"--weights={weights}"])):
+                run = train(target, os.path.join(scratch, f"{kind}{seed}"), env, *budget, f"--seed={seed}", *extra)
+                results[kind].append(run)
+                print(f"letters28 seed {seed} {kind}: {run['accuracy']:.4f} ({run['steps']} steps) "
+                      f"[{run['first_line'][:100]}]", flush=True)
+        fewshot = {}
+        for kind, weights_flag in (("pre-trained", weights), ("random", "none")):
+            command = [sys.executable, "-m", "training.fewshot", f"--model={os.path.join(scratch, 'pre', 'model.keras')}"
+                       if kind == "pre-trained" else "--model=vit_tiny", f"--dataset=folder:{target}",
+                       "--shots=5,10"]
+            done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, env=env, check=False)
+            fewshot[kind] = re.findall(r"(\d+)-shot[^0-9]*([0-9.]+)", done.stdout) or done.stdout[-400:] + done.stderr[-400:]
+    mean = {k: sum(r["accuracy"] for r in v) / len(v) for k, v in results.items()}
+    print(f"| letters28 ({args.finetune_per_class}/class) | accuracy (mean of {args.seeds} seeds) |\n|---|---|")
+    for kind in results:
+        print(f"| {kind} | {mean[kind]:.4f} |")
+    print(f"fine-tuned - scratch: {(mean['finetuned'] - mean['scratch']) * 100:+.1f} points; few-shot: {fewshot}")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as file:
+            json.dump({"pretrain": pre, "results": results, "mean": mean, "fewshot": fewshot, "args": vars(args)},
+                      file, indent=2)
+
+
+if __name__ == "__main__":
+    main()
