@@ -42,7 +42,7 @@ def test_an_explicit_recipe_is_taken_as_it_is():
 def test_the_scratch_recipe_is_the_small_data_recipe():
     cfg = config.make_config(None, dataset="folder:/data/x", image_size=28)
     assert (cfg.optimizer, cfg.learning_rate, cfg.weight_decay, cfg.label_smoothing) == ("adamw", 2e-3, 0.05, 0.1)
-    assert cfg.warmup_steps == 200 and cfg.schedule == "cosine" and cfg.log_every is None
+    assert cfg.warmup_steps == 200 and cfg.schedule == "cosine" and cfg.log_every is None and cfg.jit_compile
 
 
 def test_translate_shifts_by_at_most_a_tenth_of_the_side_and_keeps_the_content():

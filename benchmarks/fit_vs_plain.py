@@ -1,0 +1,139 @@
+"""`keras_vit.ViT` in a user's own `model.fit` against a plain Keras ViT script, same data and recipe.
+
+The user-code case of the design card: the model built with `keras_vit.ViT(...)` behind
+`keras.layers.RandomTranslation`, compiled and fitted with exactly the plain script's optimizer, schedule,
+batch and epochs (AdamW 2e-3, weight decay 0.05, warm-up min(200, steps/10) then cosine, batch 128), inputs
+scaled to [-1, 1]. `--init` re-initialises the weights the way the plain script's Keras layers do (Conv2D
+patchify and `MultiHeadAttention` kernels with Keras' fans for multi-axis kernels, a Glorot head) to test
+whether the official initialisation is what separates them. The plain script (`--baseline`) runs as it is.
+
+    python benchmarks/fit_vs_plain.py --baseline PATH/plain_vit.py --seeds 2 --json out.json
+"""
+
+import argparse
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+FOLDER_BUDGET = dict(epochs=10, batch=128, learning_rate=2e-3, shift=0.08)  # the plain script's folder recipe
+
+
+def load_folder(root, size=28):
+    import numpy as np
+    from PIL import Image
+
+    classes = sorted(os.listdir(os.path.join(root, "train")))
+    splits = {}
+    for split in ("train", "test"):
+        images, labels = [], []
+        for label, name in enumerate(classes):
+            for file in sorted(os.listdir(os.path.join(root, split, name))):
+                image = Image.open(os.path.join(root, split, name, file)).convert("RGB").resize((size, size))
+                images.append(np.asarray(image, "float32"))
+                labels.append(label)
+        splits[split] = (np.stack(images) / 127.5 - 1.0, np.array(labels))
+    return splits["train"], splits["test"], len(classes)
+
+
+def plain_like_init(vit, seed):
+    """The initialisers of the plain script's layers on keras_vit's weights (same shapes, other scales)."""
+    import keras
+
+    def uniform(variable, fan_in, fan_out, offset):
+        limit = math.sqrt(6.0 / (fan_in + fan_out))
+        variable.assign(keras.random.uniform(variable.shape, -limit, limit, seed=seed * 1000 + offset))
+
+    projection = vit.get_layer("patch_encoder").projection.kernel  # (P*P*C, D); Conv2D fans: P*P*C, P*P*D
+    patch_area = projection.shape[0] // 3
+    uniform(projection, projection.shape[0], patch_area * projection.shape[1], 1)
+    for i, layer in enumerate(layer for layer in vit.layers if layer.name.startswith("encoder_block_")):
+        attention = layer.attention
+        for j, dense in enumerate((attention.query, attention.key, attention.value)):
+            width, heads, head_dim = dense.kernel.shape  # EinsumDense fans: heads*width, head_dim*width
+            uniform(dense.kernel, heads * width, head_dim * width, 10 + 10 * i + j)
+        heads, head_dim, width = attention.out.kernel.shape
+        uniform(attention.out.kernel, head_dim * heads, width * heads, 15 + 10 * i)
+    head = vit.get_layer("head").kernel
+    uniform(head, head.shape[0], head.shape[1], 2)
+
+
+def fit_keras_vit(folder, seed, init):
+    import keras
+
+    import keras_vit
+
+    keras.utils.set_random_seed(seed)
+    (x_train, y_train), (x_test, y_test), classes = load_folder(folder)
+    vit = keras_vit.ViT(image_size=28, patch_size=4, hidden_size=64, num_layers=4, num_heads=4, mlp_dim=128,
+                        classes=classes, classifier_activation=None)
+    if init == "plain":
+        plain_like_init(vit, seed)
+    inputs = keras.Input((28, 28, 3))
+    shift = FOLDER_BUDGET["shift"]
+    model = keras.Model(inputs, vit(keras.layers.RandomTranslation(shift, shift)(inputs)))
+    steps = FOLDER_BUDGET["epochs"] * (len(x_train) // FOLDER_BUDGET["batch"])
+    schedule = keras.optimizers.schedules.CosineDecay(0.0, steps, warmup_target=FOLDER_BUDGET["learning_rate"],
+                                                      warmup_steps=min(200, steps // 10))
+    model.compile(keras.optimizers.AdamW(schedule, weight_decay=0.05),
+                  keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+    start = time.perf_counter()
+    model.fit(x_train, y_train, batch_size=FOLDER_BUDGET["batch"], epochs=FOLDER_BUDGET["epochs"], verbose=0)
+    return {"accuracy": float(model.evaluate(x_test, y_test, verbose=0)[1]), "fit_s": time.perf_counter() - start}
+
+
+def run_plain(baseline, folder):
+    command = [sys.executable, baseline, "--folder", folder, "--image_size", "28"]
+    done = subprocess.run(command, capture_output=True, text=True, check=True,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    found = re.search(r"test accuracy ([0-9.]+) in (\d+) s", done.stdout)
+    return {"accuracy": float(found.group(1)), "fit_s": float(found.group(2))}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--baseline", required=True, help="the plain Keras ViT script")
+    parser.add_argument("--datasets", default="digits28,shapes")
+    parser.add_argument("--seeds", type=int, default=2)
+    parser.add_argument("--train_per_class", type=int, default=400)
+    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)  # folder seed init: one fit, JSON out
+    parser.add_argument("--json")
+    args = parser.parse_args(argv)
+    if args.child:
+        sys.path.insert(0, os.path.dirname(HERE))
+        print(json.dumps(fit_keras_vit(args.child[0], int(args.child[1]), args.child[2])))
+        return
+    import quality_data
+
+    results = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        for dataset in args.datasets.split(","):
+            folder = os.path.join(scratch, dataset)
+            quality_data.make(dataset, folder, args.train_per_class, 100)
+            rows = results.setdefault(dataset, {"keras_vit": [], "keras_vit, plain-like init": [], "plain": []})
+            for seed in range(args.seeds):
+                for name, init in (("keras_vit", "official"), ("keras_vit, plain-like init", "plain")):
+                    done = subprocess.run([sys.executable, __file__, "--baseline", args.baseline, "--child", folder,
+                                           str(seed), init], capture_output=True, text=True, check=True,
+                                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+                    rows[name].append(json.loads(done.stdout.strip().splitlines()[-1]))
+                rows["plain"].append(run_plain(args.baseline, folder))
+                print(dataset, seed, {k: v[-1]["accuracy"] for k, v in rows.items()}, flush=True)
+    print("| dataset | model | accuracy (mean over seeds) |\n|---|---|---|")
+    for dataset, rows in results.items():
+        for name, runs in rows.items():
+            print(f"| {dataset} | {name} | {sum(r['accuracy'] for r in runs) / len(runs):.4f} |")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as file:
+            json.dump(results, file, indent=2)
+
+
+if __name__ == "__main__":
+    main()
