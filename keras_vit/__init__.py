@@ -5,26 +5,33 @@ Example:
     >>> model = keras_vit.ViT_Ti16(weights=None)
     >>> model.count_params()
     5717416
+
+The names below are imported on first use, so `import keras_vit` alone does not import Keras or TensorFlow
+(the command-line tools answer `--help` without them). keras_vit's layers are still registered with Keras
+before any `.keras` file can be loaded: at once when Keras is already imported, else as soon as it is.
 """
 
-from keras_vit.applications import (
-    ViT_B8,
-    ViT_B16,
-    ViT_B32,
-    ViT_H14,
-    ViT_L16,
-    ViT_L32,
-    ViT_R50_B16,
-    ViT_S16,
-    ViT_S32,
-    ViT_Ti16,
-)
-from keras_vit.layers import DropPath, MultiHeadSelfAttention, PatchEncoder, Patches, TokenPooling, TransformerBlock
-from keras_vit.preprocessing import decode_predictions, preprocess_input
-from keras_vit.vit import ViT
-from keras_vit.weights import WeightsChecksumError, WeightsDownloadError
+import importlib
+import importlib.abc
+import importlib.util
+import sys
 
 __version__ = "0.1.0"
+
+_EXPORTS = {
+    **{name: "keras_vit.applications" for name in (
+        "ViT_Ti16", "ViT_S16", "ViT_S32", "ViT_B8", "ViT_B16", "ViT_B32", "ViT_L16", "ViT_L32", "ViT_H14",
+        "ViT_R50_B16",
+    )},
+    **{name: "keras_vit.layers" for name in (
+        "Patches", "PatchEncoder", "TransformerBlock", "MultiHeadSelfAttention", "DropPath", "TokenPooling",
+    )},
+    "ViT": "keras_vit.vit",
+    "preprocess_input": "keras_vit.preprocessing",
+    "decode_predictions": "keras_vit.preprocessing",
+    "WeightsDownloadError": "keras_vit.weights",
+    "WeightsChecksumError": "keras_vit.weights",
+}
 
 __all__ = [
     "ViT",
@@ -50,3 +57,52 @@ __all__ = [
     "WeightsChecksumError",
     "__version__",
 ]
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    if not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        return importlib.import_module(f"{__name__}.{name}")  # `keras_vit.loading`, ... without an import
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))
+
+
+def _import_all():
+    """What `import keras_vit` used to import at once: every public name, so every layer is registered."""
+    for name in _EXPORTS:
+        __getattr__(name)
+
+
+class _AfterKerasImport(importlib.abc.MetaPathFinder):
+    """Registers keras_vit's layers right after `import keras` runs, before the importer gets Keras back."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "keras":
+            return None
+        sys.meta_path.remove(self)  # once; the finders after it locate the real package
+        spec = importlib.util.find_spec("keras")
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        exec_module = spec.loader.exec_module
+
+        def exec_then_register(module):
+            exec_module(module)
+            try:
+                _import_all()
+            except Exception:  # noqa: BLE001  an unusable backend: the error shows where keras_vit is used
+                pass
+
+        spec.loader.exec_module = exec_then_register
+        return spec
+
+
+if "keras" in sys.modules:
+    _import_all()
+elif not any(isinstance(finder, _AfterKerasImport) for finder in sys.meta_path):
+    sys.meta_path.insert(0, _AfterKerasImport())

@@ -1,34 +1,96 @@
-"""`python -m keras_vit`: builds a ViT, prints its summary and parameter count, classifies a generated image.
+"""`python -m keras_vit`: builds a ViT, prints its summary and parameter count, classifies an image.
 
-Runs offline with random weights (no download): a smoke test of an installation.
+    python -m keras_vit                                   # ViT-B/16, random weights: offline, no download
+    python -m keras_vit --model=vit_ti16 --image_size=64
+    python -m keras_vit --model=vit_b16 --weights=imagenet --image=cat.jpg
+    python -m keras_vit --model=runs/x/model.keras --image=square.png
+
+Without `--weights` (default `none`) it runs offline with random weights: a smoke test of an installation.
+The image is `--image` (any format PIL reads, resized to the model's input) or a generated colour gradient.
+`python -m keras_vit vit_ti16` (the model as the only argument) still works.
 """
 
-import sys
+import os
 
 import numpy as np
+from absl import flags
 
-import keras_vit
-from keras_vit.applications import CONSTRUCTORS
+from keras_vit import cli
+
+FLAGS = flags.FlagValues()
+cli.define_model(FLAGS, default="vit_b16")
+cli.define_weights(FLAGS, default="none")
+cli.define_image_size(FLAGS)
+cli.define_classes(FLAGS)
+flags.DEFINE_string("image", None, "An image file to classify (default: a generated colour gradient).",
+                    flag_values=FLAGS)
+cli.define_verbose(FLAGS)
 
 
-def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    name = argv[0] if argv else "vit_b16"
-    if name not in CONSTRUCTORS:
-        print(f"Unknown model {name!r}; choose one of {', '.join(CONSTRUCTORS)}", file=sys.stderr)
-        return 2
-    model = CONSTRUCTORS[name](weights=None)
-    model.summary()
-    print(f"{name}: {model.count_params():,} parameters")
+def _check_image(fv, argv):
+    if fv.image is not None and not os.path.isfile(fv.image):
+        raise cli.UsageError(f"The image file does not exist. Received: --image={fv.image!r}")
+
+
+cli.add_check(FLAGS, _check_image)
+POSITIONAL = ("model",)  # the old form `python -m keras_vit vit_ti16`
+
+
+def _image(model, path):
+    """(1, H, W, 3) float32: the file, or a colour gradient; in [-1, 1] (0..255 for a model with its own
+    `preprocessing` layer)."""
     height, width = model.input_shape[1:3]
-    yy, xx = np.mgrid[0:height, 0:width] / max(height, width)
-    image = np.stack([yy, xx, 1 - yy], axis=-1)[None].astype("float32") * 2 - 1  # a colour gradient in [-1, 1]
-    probs = model.predict(image, verbose=0)[0]
-    top = np.argsort(probs)[::-1][:3]
-    print("top-3 classes of a generated image (random weights):", ", ".join(f"{i}: {probs[i]:.4f}" for i in top))
+    if path is None:
+        yy, xx = np.mgrid[0:height, 0:width] / max(height, width)
+        pixels = np.stack([yy, xx, 1 - yy], axis=-1) * 255.0
+    else:
+        from PIL import Image
+
+        with Image.open(path) as image:
+            pixels = np.asarray(image.convert("RGB").resize((width, height), Image.BILINEAR), dtype=np.float64)
+    if not any(layer.name == "preprocessing" for layer in model.layers):
+        pixels = pixels / 127.5 - 1.0
+    return pixels[None].astype("float32")
+
+
+def _labels(classes):
+    from keras_vit.export import labels
+
+    keras_file = cli.keras_file_of(FLAGS)
+    sidecar = labels.sidecar_path(keras_file) if keras_file else None
+    if sidecar and os.path.isfile(sidecar):
+        found = labels.read(sidecar)
+        if len(found) == classes:
+            return found
+    if FLAGS.weights.lower() != "none" or keras_file:
+        return labels.default_labels(classes)
+    return None  # random weights: the class names would only mislead
+
+
+def run(argv):
+    import keras_vit
+
+    model = cli.model_from_flags(FLAGS)
+    model.summary()
+    print(f"{model.name}: {model.count_params():,} parameters")
+    probs = np.asarray(model.predict(_image(model, FLAGS.image), verbose=0))[0]
+    if probs.ndim != 1:
+        print(f"output shape {tuple(model.output_shape)}: features, no classes")
+    else:
+        names = _labels(len(probs))
+        top = np.argsort(probs)[::-1][:3]
+        what = FLAGS.image or "a generated image"
+        weights = "random weights" if FLAGS.weights.lower() == "none" and not cli.keras_file_of(FLAGS) else "trained"
+        print(f"top-3 classes of {what} ({weights}):", ", ".join(
+            f"{i}{f' ({names[i]})' if names else ''}: {probs[i]:.4f}" for i in top))
     print(f"keras_vit {keras_vit.__version__} OK")
     return 0
 
 
+def main(argv=None) -> int:
+    """The exit status of `python -m keras_vit` with `argv` (default: `sys.argv[1:]`)."""
+    return cli.main(run, FLAGS, argv, usage=__doc__, positional=POSITIONAL)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    cli.run(run, FLAGS, usage=__doc__, positional=POSITIONAL)

@@ -1,19 +1,24 @@
-"""`python -m keras_vit.convert SRC DST.weights.h5 [--variant vit_b16] [--image-size 384] [--classes N]`.
+"""`python -m keras_vit.convert --weights=SRC --out=DST.weights.h5 [--model=vit_b16] [--image_size=384] [--classes=N]`.
 
-Converts any supported checkpoint (an official `.npz` in any spelling, a timm `.safetensors`, a Hugging Face
-ViT folder, or a published name together with `--variant`) into a Keras `.weights.h5` file, loading it
-strictly on the way, and prints the sha256 of the source file (for a published name: the downloaded file, the
-value to pin into `keras_vit.weights`; for a Hugging Face folder: its `model.safetensors`) and of the written
-file, a summary of the architecture and the call that rebuilds the model around the converted weights.
+Converts any supported checkpoint (`--weights`: an official `.npz` in any spelling, a timm `.safetensors`, a
+Hugging Face ViT folder, or a published name together with `--model`) into a Keras `.weights.h5` file
+(`--out`), loading it strictly on the way, and prints the sha256 of the source file (for a published name: the
+downloaded file, the value to pin into `keras_vit.weights`; for a Hugging Face folder: its
+`model.safetensors`) and of the written file, a summary of the architecture and the call that rebuilds the
+model around the converted weights. `--model` is the variant the checkpoint must match (default: the
+architecture the checkpoint describes).
 
 Example:
-    python -m keras_vit.convert ViT-B_16.npz vit_b16_in21k.weights.h5 --variant vit_b16
+    python -m keras_vit.convert --weights=ViT-B_16.npz --out=vit_b16_in21k.weights.h5 --model=vit_b16
+
+The old form `python -m keras_vit.convert SRC DST [--variant=...] [--image-size=...]` still works.
 """
 
-import argparse
 import os
-import sys
 
+from absl import flags
+
+from keras_vit import cli
 from keras_vit.rebuild import ARGUMENT_ORDER, architecture_of
 from keras_vit.weights import sha256
 
@@ -83,17 +88,13 @@ def convert(source, destination: str, variant: str | None = None, image_size: in
             holding NaN or Inf included).
         keras_vit.WeightsDownloadError: a published name whose file cannot be downloaded (an `OSError`).
     """
-    import keras_vit
-    from keras_vit.applications import CONSTRUCTORS
     from keras_vit.variants import get_variant
 
     check_destination(destination)
-    shape = None if image_size is None else (image_size, image_size, 3)
     if variant is not None:
-        constructor = CONSTRUCTORS[get_variant(variant).model_name]
-        model = constructor(weights=source, input_shape=shape, classes=classes, classifier_activation=None)
-    else:
-        model = keras_vit.ViT(weights=source, input_shape=shape, classes=classes, classifier_activation=None)
+        variant = get_variant(variant).model_name
+    model = cli.build_model(variant, source, image_size=image_size, classes=classes, classifier_activation=None)
+    cli.progress(f"writing {destination} ...")
     _save(model, destination)
     return model, sha256(destination)
 
@@ -124,23 +125,46 @@ def summary(model, source, destination: str, digest: str, source_path: str | Non
     ])
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m keras_vit.convert", description=__doc__.split("\n")[0])
-    parser.add_argument("source", help="checkpoint path (.npz, .safetensors, HF folder) or published name")
-    parser.add_argument("destination", help="output .weights.h5 path")
-    parser.add_argument("--variant", help="variant the checkpoint must match, e.g. vit_b16 (needed for names)")
-    parser.add_argument("--image-size", type=int, help="resolution to build at (resamples position embeddings)")
-    parser.add_argument("--classes", type=int, help="classes of a new zero-initialised head")
-    args = parser.parse_args(argv)
-    try:
-        model, digest = convert(args.source, args.destination, args.variant, args.image_size, args.classes)
-        source_path = source_file(args.source, args.variant)
-    except (ValueError, OSError) as error:  # OSError: keras_vit.WeightsDownloadError for a published name
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    print(summary(model, args.source, args.destination, digest, source_path))
+FLAGS = flags.FlagValues()
+cli.define_weights(FLAGS, help="The checkpoint to convert: a .npz, .safetensors or Hugging Face folder, or a "
+                   "published name (then --model is required).")
+cli.define_model(FLAGS, keras_files=False, help="The variant the checkpoint must match, e.g. vit_b16 (default: "
+                 "the architecture the checkpoint describes; required with a published name).")
+cli.define_out(FLAGS, "The .weights.h5 file to write.")
+cli.define_image_size(FLAGS, help="Resolution to build at, resampling the position embedding (default: the "
+                      "checkpoint's).")
+cli.define_classes(FLAGS, help="Classes of a new zero-initialised head (default: the checkpoint's head).")
+cli.define_verbose(FLAGS)
+cli.require(FLAGS, "weights")
+
+RENAMED = {"variant": "model", "image-size": "image_size"}
+POSITIONAL = ("weights", "out")  # the old form `SRC DST`
+
+
+def _check(fv, argv):
+    if fv.weights.lower() == "none":
+        raise cli.UsageError("--weights=none has nothing to convert: pass a checkpoint file or a published name")
+    if fv.model is None and not os.path.exists(fv.weights):
+        raise cli.UsageError(f"--model is required with a published name: the variant to download it for. "
+                             f"Received: --weights={fv.weights!r}")
+    if not fv.out.endswith(".weights.h5"):
+        raise cli.UsageError(f"--out must end in `.weights.h5`. Received: --out={fv.out!r}")
+
+
+cli.add_check(FLAGS, _check)
+
+
+def run(argv):
+    model, digest = convert(FLAGS.weights, FLAGS.out, FLAGS.model, FLAGS.image_size, FLAGS.classes)
+    source_path = source_file(FLAGS.weights, FLAGS.model)
+    print(summary(model, FLAGS.weights, FLAGS.out, digest, source_path))
     return 0
 
 
+def main(argv=None) -> int:
+    """The exit status of `python -m keras_vit.convert` with `argv` (default: `sys.argv[1:]`)."""
+    return cli.main(run, FLAGS, argv, usage=__doc__, renamed=RENAMED, positional=POSITIONAL)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    cli.run(run, FLAGS, usage=__doc__, renamed=RENAMED, positional=POSITIONAL)

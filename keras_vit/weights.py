@@ -17,8 +17,9 @@ Sources of the table (see ../shared/REFERENCE.md):
 - `augreg_in21k_ft_in1k_224`: the 224 fine-tunes timm ships as `vit_*_224.augreg_in21k_ft_in1k`.
 
 Checksums: no sha256 is known for any of these files here (they could not be downloaded while writing this
-table), so `sha256` is None everywhere and downloads are not verified; `python -m keras_vit.convert NAME ...
---variant ...` prints the sha256 of the downloaded source file, which can be pinned into the table.
+table), so `sha256` is None everywhere and downloads are not verified; `python -m keras_vit.convert
+--weights=NAME --model=... --out=...` prints the sha256 of the downloaded source file, which can be pinned into
+the table.
 
 `weights="imagenet"`, the Keras Applications spelling, is an alias: each variant's best ImageNet-1k
 fine-tuned file (`IMAGENET_WEIGHTS`). Downloads go to `cache_path(entry)`; a failed one raises

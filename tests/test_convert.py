@@ -1,6 +1,7 @@
 """`python -m keras_vit.convert`: a test checkpoint round-trips to `.weights.h5` and back with equal logits."""
 
 import hashlib
+import os
 import subprocess
 import sys
 
@@ -23,8 +24,9 @@ def checkpoint(tmp_path):
 def test_round_trip_through_weights_h5(checkpoint, tmp_path, images, capsys):
     source, params = checkpoint
     destination = str(tmp_path / "tiny.weights.h5")
-    assert convert.main([source, destination]) == 0
+    assert convert.main([f"--weights={source}", f"--out={destination}"]) == 0
     out = capsys.readouterr().out
+    assert f"loading {source} ..." in out and f"writing {destination} ..." in out  # progress lines
     digest = hashlib.sha256(open(destination, "rb").read()).hexdigest()
     assert f"written sha256: {digest}" in out
     assert f"source sha256:  {hashlib.sha256(open(source, 'rb').read()).hexdigest()}" in out
@@ -45,20 +47,35 @@ def test_convert_at_a_new_size_with_new_classes(checkpoint, tmp_path):
 
 def test_errors(checkpoint, tmp_path, capsys):
     source, _ = checkpoint
-    assert convert.main([source, str(tmp_path / "x.h5")]) == 1
+    assert convert.main(["--weights", source, "--out", str(tmp_path / "x.h5")]) == 2  # a usage error
     assert "must end in `.weights.h5`" in capsys.readouterr().err
-    assert convert.main([source, str(tmp_path / "x.weights.h5"), "--variant", "vit_b16"]) == 1
+    assert convert.main(["--weights", source, "--out", str(tmp_path / "x.weights.h5"), "--model", "vit_b16"]) == 1
     assert "looks like an unpublished ViT (patch 8" in capsys.readouterr().err
-    assert convert.main(["imagenet-foo", str(tmp_path / "x.weights.h5"), "--variant", "vit_b16"]) == 1
-    assert "weights='imagenet-foo'" in capsys.readouterr().err
+    assert convert.main(["--weights", "imagenet-foo", "--out", str(tmp_path / "x.weights.h5"), "--model",
+                         "vit_b16"]) == 2
+    assert "--weights='imagenet-foo'" in capsys.readouterr().err
+    assert convert.main(["--weights", "imagenet21k", "--out", str(tmp_path / "x.weights.h5")]) == 2
+    assert "--model is required with a published name" in capsys.readouterr().err
+
+
+def test_the_old_positional_form_and_flag_names_still_work(checkpoint, tmp_path, capsys):
+    source, _ = checkpoint
+    destination = str(tmp_path / "old.weights.h5")
+    assert convert.main([source, destination, "--image-size", "48", "--variant", "vit_b16"]) == 1  # patch 8
+    assert "looks like an unpublished ViT" in capsys.readouterr().err
+    assert convert.main([source, destination, "--image-size=48"]) == 0
+    assert "input:          48x48x3" in capsys.readouterr().out
 
 
 def test_module_entry_point(checkpoint, tmp_path):
     source, _ = checkpoint
-    result = subprocess.run([sys.executable, "-m", "keras_vit.convert", source, str(tmp_path / "m.weights.h5")],
-                            capture_output=True, text=True, timeout=300)
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}  # importing TF set it here
+    result = subprocess.run([sys.executable, "-m", "keras_vit.convert", f"--weights={source}",
+                             f"--out={tmp_path / 'm.weights.h5'}"], capture_output=True, text=True, timeout=300,
+                            env=env)
     assert result.returncode == 0, result.stderr
     assert "sha256:" in result.stdout and (tmp_path / "m.weights.h5").exists()
+    assert result.stderr == "", result.stderr  # a quiet start: no TensorFlow start-up lines
 
 
 def test_hybrid_rebuild_call_loads_the_written_file(tmp_path, images, capsys):
@@ -72,7 +89,7 @@ def test_hybrid_rebuild_call_loads_the_written_file(tmp_path, images, capsys):
                                          heads=4, mlp=64, classes=5))
     source, destination = str(tmp_path / "R50+ViT-tiny.npz"), str(tmp_path / "hybrid.weights.h5")
     np.savez(source, **params)
-    assert convert.main([source, destination]) == 0
+    assert convert.main(["--weights", source, "--out", destination]) == 0
     line = next(l for l in capsys.readouterr().out.splitlines() if l.startswith("rebuild:"))
     call = line.split(":", 1)[1].strip()
     assert call.startswith("keras_vit.ViT(image_size=(32, 32), patch_size=16, hybrid={'block_units': (1, 1, 1), "

@@ -20,13 +20,15 @@ def keras_file(tmp_path_factory):
 
 def test_module_entry_point_exports_and_refuses_to_overwrite(keras_file, tmp_path, capsys):
     base = str(tmp_path / "tiny")
-    command = ["--model", keras_file, "--export_base", base]
+    command = ["--model", keras_file, "--out", base]
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}  # importing TF set it here
     first = subprocess.run([sys.executable, "-m", "keras_vit.export", *command], capture_output=True, text=True,
-                           timeout=300)
+                           timeout=300, env=env)
     assert first.returncode == 0, first.stderr[-3000:]
     assert f"wrote {os.path.join(base, '1')}" in first.stdout
+    assert first.stderr == ""  # a quiet start, and no TensorFlow or absl log lines while exporting
     stamp = os.path.getmtime(os.path.join(base, "1", "saved_model.pb"))
-    assert main([*command, "--version", "1"]) == 2
+    assert main([*command, "--version", "1"]) == 1  # a failure of the work, not a usage error
     err = capsys.readouterr().err
     assert "Version 1 already exists" in err and "--overwrite" in err
     assert os.path.getmtime(os.path.join(base, "1", "saved_model.pb")) == stamp
@@ -35,9 +37,9 @@ def test_module_entry_point_exports_and_refuses_to_overwrite(keras_file, tmp_pat
 
 def test_next_version_and_overwrite(keras_file, tmp_path, capsys):
     base = str(tmp_path / "tiny")
-    assert main(["--model", keras_file, "--export_base", base]) == 0
-    assert main(["--model", keras_file, "--export_base", base]) == 0
-    assert main(["--model", keras_file, "--export_base", base, "--version", "2", "--overwrite", "--top_k", "2"]) == 0
+    assert main(["--model", keras_file, "--out", base]) == 0
+    assert main(["--model", keras_file, "--out", base]) == 0
+    assert main(["--model", keras_file, "--out", base, "--version", "2", "--overwrite", "--top_k", "2"]) == 0
     assert sorted(os.listdir(base)) == ["1", "2"]
     scores = tf.saved_model.load(os.path.join(base, "2")).signatures["serving_default"].structured_outputs["scores"]
     assert scores.shape.as_list() == [None, 2]
@@ -46,19 +48,36 @@ def test_next_version_and_overwrite(keras_file, tmp_path, capsys):
 def test_labels_file_and_features_export(keras_file, tmp_path):
     (tmp_path / "labels.txt").write_text("cat\ndog\nship\ntree\nbird\n", encoding="utf-8")
     base = str(tmp_path / "tiny")
-    assert main(["--model", keras_file, "--export_base", base, "--labels", str(tmp_path / "labels.txt")]) == 0
+    assert main(["--model", keras_file, "--out", base, "--labels", str(tmp_path / "labels.txt")]) == 0
     with open(os.path.join(base, "1", "assets", "labels.txt"), encoding="utf-8") as file:
         assert file.read() == "cat\ndog\nship\ntree\nbird\n"
     args = ["--model", "vit_ti16", "--weights", "none", "--image_size", "32", "--pooling", "token"]
-    assert main([*args, "--export_base", str(tmp_path / "features")]) == 0
+    assert main([*args, "--out", str(tmp_path / "features")]) == 0
     served = tf.saved_model.load(os.path.join(tmp_path, "features", "1"))
     assert served.signatures["features"](images=tf.zeros([1, 32, 32, 3]))["features"].shape == (1, 192)
+
+
+def test_labels_sidecar_beside_the_keras_file(tmp_path, capsys):
+    """`<model>.labels.txt` beside `<model>.keras` (what training writes) names the classes; `--labels` wins."""
+    model_path = tmp_path / "model.keras"
+    tiny_vit(num_layers=1).save(model_path)
+    (tmp_path / "model.labels.txt").write_text("circle\nsquare\ntriangle\nstar\nheart\n", encoding="utf-8")
+    base = str(tmp_path / "served")
+    assert main(["--model", str(model_path), "--out", base]) == 0
+    out = capsys.readouterr().out
+    assert f"labels: 5 from {tmp_path / 'model.labels.txt'}" in out and "exporting a SavedModel" in out
+    with open(os.path.join(base, "1", "assets", "labels.txt"), encoding="utf-8") as file:
+        assert file.read().split() == ["circle", "square", "triangle", "star", "heart"]
+    (tmp_path / "given.txt").write_text("a\nb\nc\nd\ne\n", encoding="utf-8")
+    assert main(["--model", str(model_path), "--out", base, "--labels", str(tmp_path / "given.txt")]) == 0
+    with open(os.path.join(base, "2", "assets", "labels.txt"), encoding="utf-8") as file:
+        assert file.read().split() == ["a", "b", "c", "d", "e"]
 
 
 def test_weights_keras_file_with_a_variant_name(keras_file, tmp_path):
     """`--weights model.keras` loads the trained model itself (here a tiny one, not a ViT-B/16)."""
     base = str(tmp_path / "b16")
-    assert main(["--model", "vit_b16", "--weights", keras_file, "--export_base", base]) == 0
+    assert main(["--model", "vit_b16", "--weights", keras_file, "--out", base]) == 0
     served = tf.saved_model.load(os.path.join(base, "1"))
     assert served.signatures["predict_images"](images=tf.zeros([1, SIZE, SIZE, 3]))["probabilities"].shape == (1, 5)
 
@@ -69,24 +88,35 @@ def test_weights_keras_file_with_a_variant_name(keras_file, tmp_path):
         (["--model", "vit_z99"], "Unknown model. Received: 'vit_z99'"),
         (["--model", "missing.keras"], "does not exist"),
         (["--model", "vit_b16"], "--weights is required"),
+        (["--model", "vit_b16", "--weights", "imagenet-foo"], "neither none, a published name"),
+        (["--model", "vit_b16", "--weights", "none", "--pooling", "mean"], "flag --pooling=mean"),
     ],
 )
 def test_bad_flags_exit_2_with_a_message(tmp_path, capsys, args, message):
-    assert main([*args, "--export_base", str(tmp_path / "m")]) == 2
+    assert main([*args, "--out", str(tmp_path / "m")]) == 2
     assert message in capsys.readouterr().err
     assert not os.path.exists(tmp_path / "m" / "1")
 
 
+@pytest.mark.parametrize("flag", [["--image_size", "64"], ["--classes", "3"], ["--pooling", "token"]])
+def test_architecture_flags_are_refused_with_a_keras_model(keras_file, tmp_path, capsys, flag):
+    assert main(["--model", keras_file, "--out", str(tmp_path / "m"), *flag]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {flag[0]} cannot apply to a .keras model") and err.count("\n") == 1
+    assert main(["--model", "vit_b16", "--weights", keras_file, "--out", str(tmp_path / "m"), *flag]) == 2
+    assert not os.path.exists(tmp_path / "m")
+
+
 def test_tflite_format_writes_float_and_int8_once(keras_file, tmp_path, capsys):
     base = str(tmp_path / "tiny")
-    assert main(["--model", keras_file, "--export_base", base, "--format", "tflite"]) == 0
+    assert main(["--model", keras_file, "--out", base, "--format", "tflite"]) == 0
     assert sorted(os.listdir(os.path.join(base, "tflite"))) == ["model.tflite", "model_int8.tflite"]
-    assert main(["--model", keras_file, "--export_base", base, "--format", "tflite"]) == 2
+    assert main(["--model", keras_file, "--out", base, "--format", "tflite"]) == 1
     assert "already exists" in capsys.readouterr().err
 
 
 def test_onnx_format(keras_file, tmp_path):
     pytest.importorskip("tf2onnx")
     base = str(tmp_path / "tiny")
-    assert main(["--model", keras_file, "--export_base", base, "--format", "onnx"]) == 0
+    assert main(["--model", keras_file, "--out", base, "--format", "onnx"]) == 0
     assert os.path.getsize(os.path.join(base, "onnx", "model.onnx")) > 0

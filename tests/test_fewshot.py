@@ -84,8 +84,26 @@ def test_cli_prints_accuracy_per_shot_count_on_digits(tiny, tmp_path, capsys):
     pytest.importorskip("training.data")
     model_path = str(tmp_path / "tiny.keras")
     keras_vit.ViT(**{**tiny, "classes": 10}).save(model_path)
-    assert fewshot.main(["--model", model_path, "--dataset", "digits", "--shots", "1,5", "--seeds", "2"]) == 0
+    assert fewshot.main(["--model", model_path, "--dataset", "digits", "--shots", "1,5", "--seeds", "2",
+                         "--eval_split", "test", "--global_batch_size", "128"]) == 0
     out = capsys.readouterr().out
+    assert "computing the representations of digits test" in out  # a progress line per split
     assert "1438 train" in out and "359 test" in out  # 1,797 digits, 80/20 and "10 classes" in out
     accuracies = [float(line.split(":")[1].split("%")[0]) for line in out.splitlines() if "-shot accuracy" in line]
     assert len(accuracies) == 2 and all(0 <= a <= 100 for a in accuracies)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--model", "vit_ti16"], "Pass --weights=none explicitly for random weights"),
+        (["--model", "vit_ti16", "--weights", "none", "--shots", "1,x"], "--shots must be comma-separated"),
+        (["--model", "vit_ti16", "--weights", "none", "--shots", "0"], "--shots must be positive"),
+        (["--model", "vit_ti16", "--weights", "none", "--batch_size", "x"], "flag --global_batch_size=x"),
+        (["--weights", "none"], "--model is required"),
+    ],
+)
+def test_cli_usage_errors_exit_2(capsys, args, message):
+    assert fewshot.main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and message in err, err

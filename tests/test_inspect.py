@@ -206,7 +206,7 @@ def test_cli_writes_the_pngs_and_index(tiny, tmp_path, capsys):
         paths.append(path)
     out = tmp_path / "report"
 
-    assert main(["--model", model_path, "--images", *paths, "--out", str(out)]) == 0
+    assert main(["--model", model_path, f"--images={paths[0]}", "--out", str(out), paths[1]]) == 0
 
     names = ["attention_rollout.png", "attention_distance.png", "position_similarity.png", "embedding_filters.png"]
     for name in names:
@@ -214,7 +214,31 @@ def test_cli_writes_the_pngs_and_index(tiny, tmp_path, capsys):
             assert image.format == "PNG" and min(image.size) > 100
     index = (out / "index.html").read_text()
     assert all(f"src='{name}'" in index for name in names)
-    assert "layer  2: mean attention distance" in capsys.readouterr().out
+    out_text = capsys.readouterr().out
+    assert "layer  2: mean attention distance" in out_text
+    assert "reading 2 images" in out_text and "writing the report" in out_text  # progress lines
+
+
+def test_cli_usage_errors_exit_2_before_any_work(tiny, tmp_path, capsys):
+    from keras_vit.inspect.__main__ import main
+
+    image = tmp_path / "a.png"
+    image.write_bytes(b"")
+    model_path = str(tmp_path / "tiny.keras")
+    keras_vit.ViT(**tiny).save(model_path)
+    cases = [
+        (["--model", "vit_ti16", "--out", str(tmp_path / "r"), str(image)], "Pass --weights=none explicitly"),
+        (["--model", model_path, "--out", str(tmp_path / "r")], "No images"),
+        (["--model", model_path, "--out", str(tmp_path / "r"), str(tmp_path / "missing.png")], "does not exist"),
+        (["--model", model_path, "--image_size", "64", "--out", str(tmp_path / "r"), str(image)],
+         "--image_size cannot apply to a .keras model"),
+        (["--model", model_path, str(image)], "--out is required"),
+    ]
+    for args, message in cases:
+        assert main(args) == 2, args
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and err.count("\n") == 1 and message in err, err
+    assert not (tmp_path / "r").exists()
 
 
 def test_cli_rejects_an_unknown_model():

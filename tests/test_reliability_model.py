@@ -155,7 +155,7 @@ def test_a_weights_h5_with_nan_is_refused_and_the_model_kept(tmp_path, tiny):
 def test_convert_refuses_a_damaged_checkpoint(tmp_path, capsys):
     source = _write_npz(tmp_path, _damaged("nan"), "damaged.npz")
     destination = tmp_path / "out.weights.h5"
-    assert convert.main([source, str(destination)]) == 1
+    assert convert.main(["--weights", source, "--out", str(destination)]) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "damaged.npz" in err and KERNEL in err
     assert not destination.exists()
@@ -359,7 +359,7 @@ def _one_error_line(capsys, *needles):
 
 def test_convert_into_a_missing_folder(tmp_path, source, capsys):
     destination = str(tmp_path / "missing" / "out.weights.h5")
-    assert convert.main([source, destination]) == 1
+    assert convert.main(["--weights", source, "--out", destination]) == 1
     _one_error_line(capsys, destination, "does not exist")
 
 
@@ -372,7 +372,7 @@ def test_convert_into_a_read_only_folder(tmp_path, source, capsys, monkeypatch):
         monkeypatch.setattr(os, "access", lambda p, mode: False if str(p) == str(folder) else real_access(p, mode))
     destination = str(folder / "out.weights.h5")
     try:
-        assert convert.main([source, destination]) == 1
+        assert convert.main(["--weights", source, "--out", destination]) == 1
     finally:
         folder.chmod(0o755)
     _one_error_line(capsys, destination, "not writable")
@@ -381,5 +381,5 @@ def test_convert_into_a_read_only_folder(tmp_path, source, capsys, monkeypatch):
 def test_convert_when_the_write_itself_fails(tmp_path, source, capsys):
     destination = tmp_path / "taken.weights.h5"
     destination.mkdir()  # a folder where the file should go: the folder checks pass, the write fails
-    assert convert.main([source, str(destination)]) == 1
+    assert convert.main(["--weights", source, "--out", str(destination)]) == 1
     _one_error_line(capsys, str(destination), "Cannot write the destination")

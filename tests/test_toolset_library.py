@@ -93,7 +93,8 @@ def test_a_file_placed_at_the_named_cache_path_is_used(tiny_published, tmp_path,
 
 def test_convert_cli_reports_a_download_error_without_a_traceback(no_dns, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("KERAS_HOME", str(tmp_path / "home"))
-    assert convert.main(["imagenet21k", str(tmp_path / "x.weights.h5"), "--variant", "vit_b16"]) == 1
+    destination = str(tmp_path / "x.weights.h5")
+    assert convert.main(["--weights", "imagenet21k", "--out", destination, "--model", "vit_b16"]) == 1
     assert "error: Could not download weights 'imagenet21k' for ViT B16" in capsys.readouterr().err
 
 
@@ -272,7 +273,7 @@ def test_imagenet_for_a_variant_without_imagenet1k_weights_says_what_it_has(monk
 
 def test_convert_prints_the_source_and_the_written_sha256(checkpoint_npz, tmp_path, capsys):
     destination = str(tmp_path / "tiny.weights.h5")
-    assert convert.main([checkpoint_npz, destination]) == 0
+    assert convert.main(["--weights", checkpoint_npz, "--out", destination]) == 0
     out = capsys.readouterr().out.splitlines()
     assert f"source sha256:  {_sha256(checkpoint_npz)}" in out
     assert f"written sha256: {_sha256(destination)}" in out

@@ -7,18 +7,21 @@ map to {-1, 1} one-hot targets is solved in closed form. Accuracy is measured on
 averaged over a few random draws. big_vision's defaults are used: l2 = 2^10, bias feature 100 (so the
 bias is almost unregularised), 3 seeds, shots 1, 5, 10, 25.
 
-    python -m training.fewshot --model workdir/model.keras --dataset digits --shots 1,5,10,25
-    python -m training.fewshot --model vit_b16 --weights w.weights.h5 --dataset cifar100 --data_dir DIR
+    python -m training.fewshot --model=workdir/model.keras --dataset=digits --shots=1,5,10,25
+    python -m training.fewshot --model=vit_b16 --weights=w.weights.h5 --dataset=cifar100 --data_dir=DIR
 
 Datasets come from `training.data`: `digits` (embedded), `folder:PATH` and prepared tensorflow-datasets names.
+With a variant name `--weights` is required (`--weights=none` for random weights, whose few-shot accuracy
+means nothing); a `.keras` model has its own. The flags are spelled as `training.train`'s: `--eval_split` and
+`--global_batch_size` (`--test_split` and `--batch_size` are their old names here).
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
-
 import numpy as np
+from absl import flags
+
+from keras_vit import cli
 
 L2_REG = 2.0**10
 BIAS_FEATURE = 100.0
@@ -153,14 +156,14 @@ def representation_model(model):
     return keras.Model(model.input, pooled, name=f"{model.name}_representation")
 
 
-def load_representation_model(model, weights=None, image_size=224, classifier=None):
-    """A representation model from a constructor name (`vit_b16`) or a `.keras` file."""
-    from keras_vit.applications import build_model
-
+def load_representation_model(model, weights=None, image_size=None, classifier=None):
+    """A representation model from a constructor name (`vit_b16`) or a `.keras` file (`cli.build_model`)."""
     kwargs = {} if classifier is None else {"classifier": classifier}
-    pooling = "avg" if classifier == "gap" else "token"
-    built = build_model(model, weights, include_top=False, pooling=pooling,
-                        input_shape=(image_size, image_size, 3), **kwargs)
+    if model.endswith(".keras") or str(weights).endswith(".keras"):
+        built = cli.build_model(model, weights, **kwargs)
+    else:
+        pooling = "avg" if classifier == "gap" else "token"
+        built = cli.build_model(model, weights, image_size=image_size, pooling=pooling, **kwargs)
     return representation_model(built)
 
 
@@ -176,49 +179,76 @@ def representations(model, dataset):
     return np.concatenate(features), np.concatenate(labels)
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m training.fewshot", description=__doc__.split("\n")[0])
-    parser.add_argument("--model", required=True, help="constructor name (vit_b16, ...) or a .keras file")
-    parser.add_argument("--weights", default=None, help="weights for the constructor, or a .weights.h5 file")
-    parser.add_argument("--classifier", default=None, choices=("token", "gap"), help="for constructors")
-    parser.add_argument("--dataset", default="digits", help="digits, folder:PATH or a tensorflow-datasets name")
-    parser.add_argument("--data_dir", default=None, help="tensorflow-datasets data directory")
-    parser.add_argument("--train_split", default=None, help="default: train")
-    parser.add_argument("--test_split", default=None, help="default: the dataset's test/validation split")
-    parser.add_argument("--shots", default="1,5,10,25", help="comma-separated shots per class")
-    parser.add_argument("--seeds", type=int, default=3, help="random draws per shot count")
-    parser.add_argument("--l2_reg", type=float, default=L2_REG)
-    parser.add_argument("--image_size", type=int, default=None, help="default: the model's input size (224)")
-    parser.add_argument("--batch_size", type=int, default=64)
-    args = parser.parse_args(argv)
-    try:
-        shots = tuple(int(s) for s in args.shots.split(","))
-    except ValueError:
-        parser.error(f"--shots must be comma-separated integers. Received: {args.shots!r}")
-    if min(shots) < 1:
-        parser.error(f"--shots must be positive. Received: {args.shots!r}")
+FLAGS = flags.FlagValues()
+cli.define_model(FLAGS, required=True)
+cli.define_weights(FLAGS, required=True, purpose="the few-shot accuracies")
+flags.DEFINE_enum("classifier", None, ["token", "gap"], "For a variant name: token ([class] token) or gap (mean "
+                  "of the patch tokens) representations (default: the variant's, token).", flag_values=FLAGS)
+cli.define_image_size(FLAGS)
+flags.DEFINE_string("dataset", "digits", "digits (embedded), folder:PATH (ImageFolder) or a tensorflow-datasets "
+                    "name.", flag_values=FLAGS)
+flags.DEFINE_string("data_dir", None, "tensorflow-datasets data directory.", flag_values=FLAGS)
+flags.DEFINE_string("train_split", None, "Split the shots are drawn from (default: train).", flag_values=FLAGS)
+flags.DEFINE_string("eval_split", None, "Split the accuracy is measured on (default: the dataset's test or "
+                    "validation split).", flag_values=FLAGS)
+flags.DEFINE_list("shots", [str(k) for k in SHOTS], "Comma-separated shots per class.", flag_values=FLAGS)
+flags.DEFINE_integer("seeds", 3, "Random draws per shot count.", lower_bound=1, flag_values=FLAGS)
+flags.DEFINE_float("l2_reg", L2_REG, "Regularisation of the least-squares classifier.", lower_bound=0.0,
+                   flag_values=FLAGS)
+flags.DEFINE_integer("global_batch_size", 64, "Batch size of the representation pass.", lower_bound=1,
+                     flag_values=FLAGS)
+cli.define_verbose(FLAGS)
 
+RENAMED = {"test_split": "eval_split", "batch_size": "global_batch_size"}
+
+
+def _shots():
+    return tuple(int(s) for s in FLAGS.shots)
+
+
+def _check(fv, argv):
+    try:
+        shots = _shots()
+    except ValueError:
+        raise cli.UsageError(f"--shots must be comma-separated integers. Received: --shots={','.join(fv.shots)!r}")
+    if not shots or min(shots) < 1:
+        raise cli.UsageError(f"--shots must be positive. Received: --shots={','.join(fv.shots)!r}")
+    if fv.l2_reg <= 0:
+        raise cli.UsageError(f"--l2_reg must be positive. Received: --l2_reg={fv.l2_reg}")
+
+
+cli.add_check(FLAGS, _check)
+
+
+def run(argv):
     from training import data
 
-    model = load_representation_model(args.model, args.weights, args.image_size or 224, args.classifier)
+    shots = _shots()
+    model = load_representation_model(FLAGS.model, FLAGS.weights, FLAGS.image_size, FLAGS.classifier)
     image_size = model.input_shape[1]
-    default_train, default_test = data.default_splits(args.dataset, args.data_dir)
-    splits = {"train": args.train_split or default_train, "test": args.test_split or default_test}
+    default_train, default_test = data.default_splits(FLAGS.dataset, FLAGS.data_dir)
+    splits = {"train": FLAGS.train_split or default_train, "test": FLAGS.eval_split or default_test}
     arrays = {}
     for role, split in splits.items():
-        dataset, _ = data.make_dataset(args.dataset, split, args.data_dir, image_size=image_size,
-                                       batch_size=args.batch_size)
+        cli.progress(f"computing the representations of {FLAGS.dataset} {split} ...")
+        dataset, _ = data.make_dataset(FLAGS.dataset, split, FLAGS.data_dir, image_size=image_size,
+                                       batch_size=FLAGS.global_batch_size)
         arrays[role] = representations(model, dataset)
     (train_x, train_y), (test_x, test_y) = arrays["train"], arrays["test"]
     num_classes = int(max(train_y.max(), test_y.max())) + 1
-    print(f"{args.model} on {args.dataset}: {train_x.shape[1]}-d representations, {len(train_x)} train "
+    print(f"{FLAGS.model} on {FLAGS.dataset}: {train_x.shape[1]}-d representations, {len(train_x)} train "
           f"({splits['train']}), {len(test_x)} test ({splits['test']}) examples, {num_classes} classes, "
-          f"l2_reg={args.l2_reg:g}, {args.seeds} seeds")
-    for k, accuracies in evaluate(train_x, train_y, test_x, test_y, shots, args.seeds, args.l2_reg).items():
+          f"l2_reg={FLAGS.l2_reg:g}, {FLAGS.seeds} seeds")
+    for k, accuracies in evaluate(train_x, train_y, test_x, test_y, shots, FLAGS.seeds, FLAGS.l2_reg).items():
         print(f"{k:3d}-shot accuracy: {100 * np.mean(accuracies):6.2f}% (std {100 * np.std(accuracies):.2f} "
               f"over {len(accuracies)} seeds)")
     return 0
 
 
+def main(argv=None) -> int:
+    """The exit status of `python -m training.fewshot` with `argv` (default: `sys.argv[1:]`)."""
+    return cli.main(run, FLAGS, argv, usage=__doc__, renamed=RENAMED, tensorflow=True)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    cli.run(run, FLAGS, usage=__doc__, renamed=RENAMED, tensorflow=True)

@@ -21,15 +21,15 @@ print one `error: ...` line.
 
 from __future__ import annotations
 
-import os
 import sys
 
-# TensorFlow's C++ INFO/WARNING lines would bury the progress; TF_CPP_MIN_LOG_LEVEL=0 brings them back.
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from keras_vit import cli
 
-from absl import app, flags, logging
+cli.quiet_start()  # before TensorFlow loads: its start-up lines would bury the progress (--verbose shows them)
 
-from training import config as config_lib
+from absl import app, flags, logging  # noqa: E402
+
+from training import config as config_lib  # noqa: E402
 
 FLAGS = flags.FLAGS
 
@@ -110,6 +110,7 @@ flags.DEFINE_bool("resume_with_changes", False, "Resume although optimisation fl
 flags.DEFINE_bool("overwrite_checkpoints", False, "Delete WORKDIR/checkpoints' files and train from step 0 when "
                   "none of them can be restored (without it such a workdir is refused). Readable checkpoints "
                   "are always resumed from.")
+cli.define_verbose()
 flags.DEFINE_bool("skip_bad_images", False, "Leave out the files of a folder dataset that cannot be decoded "
                   "(found by a header check of both splits before training) instead of stopping.")
 
@@ -157,4 +158,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main, usage=__doc__, positional=True, tensorflow=True)

@@ -19,8 +19,6 @@ import logging
 import os
 import tempfile
 
-from keras_vit import validation
-
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_PIXELS = 8192 * 8192
@@ -83,6 +81,7 @@ def export_saved_model(
     """
     import tensorflow as tf
 
+    from keras_vit import validation
     from keras_vit.export import labels as label_utils
     from keras_vit.export import signatures, versions, warmup
 

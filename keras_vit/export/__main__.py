@@ -1,109 +1,118 @@
 """`python -m keras_vit.export`: export a ViT for TF Serving (SavedModel), TFLite or ONNX.
 
-    python -m keras_vit.export --model vit_b16 --weights none --export_base models/vit_b16
-    python -m keras_vit.export --model vit_b16 --weights trained.keras --export_base models/vit_b16 --version 2
-    python -m keras_vit.export --model vit_b16 --weights none --export_base models/vit_b16 --format tflite
+    python -m keras_vit.export --model=vit_b16 --weights=none --out=models/vit_b16
+    python -m keras_vit.export --model=runs/x/model.keras --out=models/x --version=2
+    python -m keras_vit.export --model=vit_b16 --weights=none --out=models/vit_b16 --format=tflite
 
-`--model` is a lower-case variant name (`vit_b16`, see `keras_vit.applications.CONSTRUCTORS`) or a `.keras`
-file; `--weights` is `none` (random initialisation), a `.keras` file (the whole trained model), or what the
-constructors take. SavedModels go to `<export_base>/<version>/`; `--format tflite` writes
-`<export_base>/tflite/model.tflite` and `model_int8.tflite` (dynamic-range int8); `--format onnx` writes
-`<export_base>/onnx/model.onnx`. Nothing existing is overwritten without `--overwrite`.
+`--model` is a variant name (`vit_b16`, ...) or a trained `.keras` file; with a variant name `--weights` is
+required: `none` (random initialisation, never served by accident), a published name, a checkpoint file, or a
+trained `.keras` file (which is then the model). `--image_size`, `--classes` and `--pooling` shape a variant;
+with a `.keras` model they are refused (the file fixes its architecture). SavedModels go to
+`<out>/<version>/`; `--format=tflite` writes `<out>/tflite/model.tflite` and `model_int8.tflite`
+(dynamic-range int8); `--format=onnx` writes `<out>/onnx/model.onnx`. Nothing existing is overwritten
+without `--overwrite`.
+
+Labels (`assets/labels.txt`, the `labels` output): `--labels FILE` (one label a line), else the labels file
+beside a `.keras` model, `<model path without .keras>.labels.txt` (`model.labels.txt` beside `model.keras`,
+one label a line: what the training run knew, written by `training.train` with its export), else ImageNet's
+class names for 1000 and 21843 classes, else `class_<i>`. `--export_base` is the old name of `--out`.
 """
 
-import argparse
 import os
-import sys
+
+from absl import flags
+
+from keras_vit import cli
+from keras_vit.export import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_PIXELS
 
 FORMATS = ("saved_model", "tflite", "onnx")
 
+FLAGS = flags.FlagValues()
+cli.define_model(FLAGS, required=True)
+cli.define_weights(FLAGS, required=True, purpose="the served predictions")
+cli.define_out(FLAGS, "The TF Serving model base path: SavedModels go to OUT/<version>/, TFLite files to "
+               "OUT/tflite/, ONNX to OUT/onnx/.")
+flags.DEFINE_enum("format", "saved_model", list(FORMATS), "What to write.", flag_values=FLAGS)
+flags.DEFINE_integer("version", None, "SavedModel version (default: the next free integer, 1 for a new --out).",
+                     lower_bound=0, flag_values=FLAGS)
+flags.DEFINE_bool("overwrite", False, "Replace an existing version or file.", flag_values=FLAGS)
+flags.DEFINE_integer("top_k", 5, "Classes returned per image by serving_default.", lower_bound=1, flag_values=FLAGS)
+flags.DEFINE_string("labels", None, "Text file with one label per class, one a line (default: "
+                    "<model>.labels.txt beside a .keras model, else ImageNet's names or class_<i>).",
+                    flag_values=FLAGS)
+cli.define_image_size(FLAGS)
+cli.define_classes(FLAGS)
+cli.define_pooling(FLAGS, help="Export features instead of classes: no head, this pooling of the tokens "
+                   "(token: the [class] token, avg/max: over the patch tokens) (default: the head).")
+flags.DEFINE_integer("max_pixels", DEFAULT_MAX_PIXELS, "Largest decoded image (width x height) accepted.",
+                     lower_bound=1, flag_values=FLAGS)
+flags.DEFINE_integer("max_batch_size", DEFAULT_MAX_BATCH_SIZE, "Most images accepted in one request.",
+                     lower_bound=1, flag_values=FLAGS)
+flags.DEFINE_enum("preprocessing", "auto", ["auto", "vit", "none"], "auto: scale 0..255 to [-1, 1] unless the "
+                  "model has its own `preprocessing` layer; vit: always; none: never.", flag_values=FLAGS)
+flags.DEFINE_bool("jit_compile", False, "XLA-compile the forward pass (SavedModel).", flag_values=FLAGS)
+cli.define_verbose(FLAGS)
 
-def _parser():
-    from keras_vit.export import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_PIXELS
-
-    parser = argparse.ArgumentParser(prog="python -m keras_vit.export", description=__doc__.split("\n")[0])
-    parser.add_argument("--model", required=True, help="variant name (vit_b16, ...) or a .keras file")
-    parser.add_argument(
-        "--weights", default=None, help="required with a variant name: none (random), a .keras file, or what the "
-        "constructors take (a published name such as imagenet21k+imagenet2012_224, or a checkpoint file)"
-    )
-    parser.add_argument("--export_base", required=True, help="TF Serving model base path")
-    parser.add_argument("--version", type=int, default=None, help="default: next free integer")
-    parser.add_argument("--format", choices=FORMATS, default="saved_model")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing version or file")
-    parser.add_argument("--top_k", type=int, default=5)
-    parser.add_argument("--labels", default=None, help="text file with one label per class, one a line")
-    parser.add_argument("--image_size", type=int, default=None, help="constructor input size (default: the constructor's)")
-    parser.add_argument("--classes", type=int, default=None, help="constructor classes (default: the constructor's)")
-    parser.add_argument("--pooling", default=None, help="export features: no head, this pooling (token|avg)")
-    parser.add_argument("--max_pixels", type=int, default=DEFAULT_MAX_PIXELS)
-    parser.add_argument("--max_batch_size", type=int, default=DEFAULT_MAX_BATCH_SIZE)
-    parser.add_argument("--preprocessing", choices=("auto", "vit", "none"), default="auto",
-                        help="auto: scale 0..255 to [-1, 1] unless the model has a `preprocessing` layer")
-    parser.add_argument("--jit_compile", action="store_true", help="XLA-compile the forward pass (SavedModel)")
-    return parser
-
-
-def build_model(args):
-    """The Keras model the flags describe."""
-    from keras_vit import applications
-
-    if args.model.endswith(".keras") or (args.weights or "").endswith(".keras"):
-        return applications.build_model(args.model if args.model.endswith(".keras") else args.weights)
-    if args.weights is None and args.model.lower() in applications.CONSTRUCTORS:
-        raise ValueError(
-            "--weights is required with a variant name: `none` for random initialisation (never served by "
-            "accident), a .keras file, or what the constructors take"
-        )
-    kwargs = {}
-    if args.image_size:
-        kwargs["input_shape"] = (args.image_size, args.image_size, 3)
-    if args.classes:
-        kwargs["classes"] = args.classes
-    if args.pooling:
-        kwargs.update(include_top=False, pooling=args.pooling)
-    weights = None if (args.weights or "none").lower() == "none" else args.weights
-    return applications.build_model(args.model, weights, **kwargs)
+RENAMED = {"export_base": "out", "image-size": "image_size"}
 
 
-def main(argv=None) -> int:
-    args = _parser().parse_args(argv)
+def _check_labels(fv, argv):
+    if fv.labels is not None and not os.path.isfile(fv.labels):
+        raise cli.UsageError(f"The labels file does not exist. Received: --labels={fv.labels!r}")
+
+
+cli.add_check(FLAGS, _check_labels)
+
+
+def labels_from_flags():
+    """The labels `--labels` names, else those of the sidecar of a `.keras` model, else None (the defaults)."""
+    from keras_vit.export import labels
+
+    path = FLAGS.labels
+    if path is None:
+        keras_file = cli.keras_file_of(FLAGS)
+        sidecar = labels.sidecar_path(keras_file) if keras_file else None
+        if sidecar is None or not os.path.isfile(sidecar):
+            return None
+        path = sidecar
+    found = labels.read(path)
+    cli.progress(f"labels: {len(found)} from {path}")
+    return found
+
+
+def run(argv):
     import keras_vit.export as export
+    from keras_vit.export import versions
 
-    try:
-        labels = None
-        if args.labels:
-            with open(args.labels, encoding="utf-8") as file:
-                labels = [line.rstrip("\n") for line in file if line.strip()]
-        if args.format == "saved_model":
-            from keras_vit.export import versions
-
-            versions.resolve(args.export_base, args.version, args.overwrite)  # refuse before building
-            model = build_model(args)
-            path = export.export_saved_model(
-                model, args.export_base, version=args.version, top_k=args.top_k, labels=labels,
-                max_pixels=args.max_pixels, max_batch_size=args.max_batch_size, overwrite=args.overwrite,
-                preprocessing=args.preprocessing, jit_compile=args.jit_compile,
-            )
-            written = [path]
-        elif args.format == "tflite":
-            targets = {None: "model.tflite", "dynamic_int8": "model_int8.tflite"}
-            paths = {q: os.path.join(args.export_base, "tflite", name) for q, name in targets.items()}
-            _refuse_existing(paths.values(), args.overwrite)
-            model = build_model(args)
-            written = [
-                export.export_tflite(model, p, quantize=q, preprocessing=args.preprocessing, overwrite=args.overwrite)
-                for q, p in paths.items()
-            ]
-        else:
-            path = os.path.join(args.export_base, "onnx", "model.onnx")
-            _refuse_existing([path], args.overwrite)
-            written = [
-                export.export_onnx(build_model(args), path, preprocessing=args.preprocessing, overwrite=args.overwrite)
-            ]
-    except (ValueError, OSError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    out = FLAGS.out
+    if FLAGS.format == "saved_model":
+        versions.resolve(out, FLAGS.version, FLAGS.overwrite)  # refuse before building
+        targets = []
+    elif FLAGS.format == "tflite":
+        names = {None: "model.tflite", "dynamic_int8": "model_int8.tflite"}
+        targets = [(quantize, os.path.join(out, "tflite", name)) for quantize, name in names.items()]
+    else:
+        targets = [(None, os.path.join(out, "onnx", "model.onnx"))]
+    _refuse_existing([path for _, path in targets], FLAGS.overwrite)
+    labels = labels_from_flags()
+    model = cli.model_from_flags(FLAGS)
+    if FLAGS.format == "saved_model":
+        cli.progress(f"exporting a SavedModel to {out} ...")
+        written = [export.export_saved_model(
+            model, out, version=FLAGS.version, top_k=FLAGS.top_k, labels=labels, max_pixels=FLAGS.max_pixels,
+            max_batch_size=FLAGS.max_batch_size, overwrite=FLAGS.overwrite, preprocessing=FLAGS.preprocessing,
+            jit_compile=FLAGS.jit_compile,
+        )]
+    else:
+        written = []
+        for quantize, path in targets:
+            cli.progress(f"writing {path} ...")
+            if FLAGS.format == "tflite":
+                written.append(export.export_tflite(model, path, quantize=quantize,
+                                                    preprocessing=FLAGS.preprocessing, overwrite=FLAGS.overwrite))
+            else:
+                written.append(export.export_onnx(model, path, preprocessing=FLAGS.preprocessing,
+                                                  overwrite=FLAGS.overwrite))
     for path in written:
         print(f"wrote {path}")
     return 0
@@ -115,5 +124,10 @@ def _refuse_existing(paths, overwrite):
             raise ValueError(f"{path!r} already exists; pass --overwrite to replace it")
 
 
+def main(argv=None) -> int:
+    """The exit status of `python -m keras_vit.export` with `argv` (default: `sys.argv[1:]`)."""
+    return cli.main(run, FLAGS, argv, usage=__doc__, renamed=RENAMED, tensorflow=True)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    cli.run(run, FLAGS, usage=__doc__, renamed=RENAMED, tensorflow=True)

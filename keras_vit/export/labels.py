@@ -1,6 +1,12 @@
-"""Class labels of an exported model: given, or the package's ImageNet names, or `class_{i}`."""
+"""Class labels of an exported model: given, or the package's ImageNet names, or `class_{i}`.
+
+A trained `.keras` model keeps its labels in a sidecar file beside it: `<path without .keras>.labels.txt`
+(`model.labels.txt` beside `model.keras`), one label a line (`sidecar_path`, `write`, `read`); the export CLI
+uses it when no `--labels` is given.
+"""
 
 import logging
+import os
 
 logger = logging.getLogger(__name__)
 
@@ -41,3 +47,20 @@ def write(path: str, labels: list[str]) -> None:
     """One label a line, UTF-8."""
     with open(path, "w", encoding="utf-8") as file:
         file.write("\n".join(labels) + "\n")
+
+
+def read(path: str) -> list[str]:
+    """The labels of a label file: one a line, blank lines skipped."""
+    with open(path, encoding="utf-8") as file:
+        return [line.rstrip("\r\n") for line in file if line.strip()]
+
+
+def sidecar_path(model_path) -> str:
+    """The labels file beside a `.keras` model: `runs/x/model.keras` -> `runs/x/model.labels.txt`.
+
+    Example:
+        >>> sidecar_path("runs/x/model.keras")
+        'runs/x/model.labels.txt'
+    """
+    path = os.fspath(model_path)
+    return (path[: -len(".keras")] if path.endswith(".keras") else path) + ".labels.txt"

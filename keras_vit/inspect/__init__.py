@@ -16,11 +16,29 @@ Example:
     (2, 4)
 """
 
-from keras_vit.inspect.attention import TokenGeometry, attention_model, attention_probabilities, token_geometry
-from keras_vit.inspect.distance import mean_attention_distance, patch_distances
-from keras_vit.inspect.filters import embedding_filters
-from keras_vit.inspect.rollout import attention_rollout, resize_bilinear, rollout_maps
-from keras_vit.inspect.similarity import position_embedding_similarity
+import importlib
+
+_EXPORTS = {
+    **dict.fromkeys(("TokenGeometry", "attention_model", "attention_probabilities", "token_geometry"),
+                    "keras_vit.inspect.attention"),
+    **dict.fromkeys(("mean_attention_distance", "patch_distances"), "keras_vit.inspect.distance"),
+    "embedding_filters": "keras_vit.inspect.filters",
+    **dict.fromkeys(("attention_rollout", "resize_bilinear", "rollout_maps"), "keras_vit.inspect.rollout"),
+    "position_embedding_similarity": "keras_vit.inspect.similarity",
+}
+
+
+def __getattr__(name):  # imported on first use: `python -m keras_vit.inspect --help` needs no Keras
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))
+
 
 __all__ = [
     "TokenGeometry",

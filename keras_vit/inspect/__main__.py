@@ -1,17 +1,33 @@
 """`python -m keras_vit.inspect`: the paper's section 4.5 figures for a model and a few images.
 
-    python -m keras_vit.inspect --model vit_b16 --weights vit_b16.weights.h5 --images a.jpg b.jpg --out report/
-    python -m keras_vit.inspect --model trained.keras --images a.png --out report/
+    python -m keras_vit.inspect --model=vit_b16 --weights=vit_b16.weights.h5 --out=report/ a.jpg b.jpg
+    python -m keras_vit.inspect --model=trained.keras --images=a.png --images=b.png --out=report/
 
 Writes attention_rollout.png, attention_distance.png, position_similarity.png, embedding_filters.png,
-summary.json and an index.html that shows them.
+summary.json and an index.html that shows them into `--out`. The images are the positional arguments and/or
+`--images` (repeatable; `--images a.jpg b.jpg` works too). With a variant name `--weights` is required
+(`--weights=none` for random weights, whose attention maps mean nothing); a `.keras` model has its own.
+`--image-size` is the old spelling of `--image_size`.
 """
 
-import argparse
 import os
-import sys
 
 import numpy as np
+from absl import flags
+
+from keras_vit import cli
+
+FLAGS = flags.FlagValues()
+cli.define_model(FLAGS, required=True)
+cli.define_weights(FLAGS, required=True, purpose="the attention maps and distances")
+cli.define_image_size(FLAGS)
+cli.define_classes(FLAGS)
+flags.DEFINE_multi_string("images", None, "An image file (any format PIL reads); repeatable, and more images "
+                          "may follow as positional arguments.", flag_values=FLAGS)
+cli.define_out(FLAGS, "The output folder (created if missing).")
+cli.define_verbose(FLAGS)
+
+RENAMED = {"image-size": "image_size"}
 
 
 def load_model(model, weights=None, image_size=None):
@@ -26,10 +42,7 @@ def load_model(model, weights=None, image_size=None):
     Returns:
         A `keras.Model`.
     """
-    from keras_vit.applications import build_model
-
-    shape = None if image_size is None else (image_size, image_size, 3)
-    return build_model(model, weights, input_shape=shape)
+    return cli.build_model(model, weights, image_size=image_size)
 
 
 def load_images(paths, size):
@@ -44,30 +57,45 @@ def load_images(paths, size):
     return np.stack(images)
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m keras_vit.inspect", description=__doc__.split("\n")[0])
-    parser.add_argument("--model", required=True, help="constructor name (vit_b16, ...) or a .keras file")
-    parser.add_argument("--weights", default=None,
-                        help="weights for the constructor (omit: random initialisation) or a .weights.h5 file")
-    parser.add_argument("--image-size", type=int, default=None, help="input side for constructors")
-    parser.add_argument("--images", nargs="+", required=True, help="image files (any format PIL reads)")
-    parser.add_argument("--out", required=True, help="output folder")
-    args = parser.parse_args(argv)
+def _image_paths(argv):
+    return [*(FLAGS.images or []), *argv[1:]]
 
+
+def _check_images(fv, argv):
+    paths = _image_paths(argv)
+    if not paths:
+        raise cli.UsageError("No images: pass image files as arguments or with --images.")
+    for path in paths:
+        if not os.path.isfile(path):
+            raise cli.UsageError(f"The image file does not exist. Received: {path!r}")
+
+
+cli.add_check(FLAGS, _check_images)
+
+
+def run(argv):
+    paths = _image_paths(argv)
     from keras_vit.inspect.report import write_report
 
-    model = load_model(args.model, args.weights, args.image_size)
-    images = load_images(args.images, model.input_shape[1:3])
-    summary = write_report(model, images, args.out, names=[os.path.basename(p) for p in args.images])
+    model = cli.model_from_flags(FLAGS)
+    cli.progress(f"reading {len(paths)} image{'s' if len(paths) > 1 else ''} ...")
+    images = load_images(paths, model.input_shape[1:3])
+    cli.progress(f"computing attention and writing the report to {FLAGS.out} ...")
+    summary = write_report(model, images, FLAGS.out, names=[os.path.basename(p) for p in paths])
     distances = np.asarray(summary["mean_attention_distance"])
     print(f"model {summary['model']}: grid {summary['grid_shape']}, {summary['patch_size']} pixels per patch, "
           f"uniform attention distance {summary['uniform_attention_distance']:.2f} px")
     for layer, row in enumerate(distances):
         print(f"layer {layer + 1:2d}: mean attention distance {row.mean():6.2f} px  (heads: "
               + " ".join(f"{v:.1f}" for v in row) + ")")
-    print(f"wrote {os.path.join(args.out, 'index.html')}")
+    print(f"wrote {os.path.join(FLAGS.out, 'index.html')}")
     return 0
 
 
+def main(argv=None) -> int:
+    """The exit status of `python -m keras_vit.inspect` with `argv` (default: `sys.argv[1:]`)."""
+    return cli.main(run, FLAGS, argv, usage=__doc__, renamed=RENAMED, positional=True)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    cli.run(run, FLAGS, usage=__doc__, renamed=RENAMED, positional=True)

@@ -1,0 +1,220 @@
+"""keras_vit.cli: one convention for every tool (absl flags, fast --help, exit 2 / 1 with one `error:` line,
+a quiet start), checked through real processes where it is about their output and exit status."""
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+from absl import flags
+
+from keras_vit import cli
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOOLS = ["keras_vit", "keras_vit.convert", "keras_vit.export", "keras_vit.inspect", "training.fewshot", "training.train"]
+NOISE = re.compile(r"oneDNN|cpu_feature_guard|absl::InitializeLog|WARNING: All log messages|rebuild TensorFlow|"
+                   r"^[IWEF]\d{4} |Traceback")
+COMMON = {  # the shared flags each tool has, spelled the same everywhere
+    "keras_vit": ["--model", "--weights", "--image_size", "--classes", "--[no]verbose"],
+    "keras_vit.convert": ["--model", "--weights", "--image_size", "--classes", "--out", "--[no]verbose"],
+    "keras_vit.export": ["--model", "--weights", "--image_size", "--classes", "--pooling", "--out", "--[no]verbose"],
+    "keras_vit.inspect": ["--model", "--weights", "--image_size", "--classes", "--out", "--[no]verbose"],
+    "training.fewshot": ["--model", "--weights", "--image_size", "--[no]verbose"],
+    "training.train": ["--model", "--weights", "--image_size", "--workdir", "--[no]verbose"],
+}
+
+
+def _env():
+    """A fresh shell's environment: this process imported TensorFlow, which set TF_CPP_MIN_LOG_LEVEL=1 here."""
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def _run(*args, env=None, timeout=300):
+    start = time.perf_counter()
+    result = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+                            env=env or _env())
+    return result, time.perf_counter() - start
+
+
+def _no_noise(stderr):
+    noisy = [line for line in stderr.splitlines() if NOISE.search(line)]
+    assert not noisy, stderr[-3000:]
+
+
+@pytest.mark.parametrize("tool", TOOLS)
+def test_help_lists_the_flags_with_defaults_fast_and_quietly(tool):
+    result, seconds = _run("-m", tool, "--help")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    assert "flags:" in result.stdout
+    for flag in COMMON[tool]:
+        assert f"  {flag}: " in result.stdout, (flag, result.stdout)
+    assert "--[no]verbose: Show the traceback of an error" in result.stdout and "(default: false)" in result.stdout
+    assert "image-size" not in result.stdout.split("flags:")[1]  # underscores only
+    assert seconds < 2.0, f"{tool} --help took {seconds:.2f} s"
+
+
+@pytest.mark.parametrize("tool", TOOLS)
+def test_a_bad_flag_is_one_error_line_and_exit_2(tool):
+    result, _ = _run("-m", tool, "--no_such_flag=1")
+    assert result.returncode == 2
+    assert result.stderr == "error: Unknown command line flag 'no_such_flag'\n"
+    assert result.stdout == ""
+
+
+def test_help_imports_neither_keras_nor_tensorflow_and_import_keras_vit_still_registers_the_layers():
+    script = textwrap.dedent(f"""
+        import runpy, sys
+        for tool in {TOOLS!r}:
+            sys.argv = [tool, "--help"]
+            try:
+                runpy.run_module(tool, run_name="__main__", alter_sys=True)
+            except SystemExit as done:
+                assert done.code == 0, (tool, done.code)
+        heavy = sorted(m for m in ("keras", "tensorflow", "jax", "torch") if m in sys.modules)
+        assert not heavy, heavy
+        import keras  # after `import keras_vit` (done by the tools): the layers register now
+        assert keras.saving.get_registered_object("keras_vit>PatchEncoder") is not None
+        print("ok")
+    """)
+    result, _ = _run("-c", script)
+    assert result.returncode == 0 and result.stdout.endswith("ok\n"), result.stdout[-2000:] + result.stderr[-3000:]
+
+
+def test_a_real_run_starts_quietly_even_with_onednn_on():
+    """`TF_ENABLE_ONEDNN_OPTS=1` makes TensorFlow print its oneDNN notice from C++ even under
+    TF_CPP_MIN_LOG_LEVEL=3; the tools import TensorFlow with stderr redirected, so nothing shows."""
+    result, _ = _run("-m", "keras_vit", "--model=vit_ti16", "--image_size=32", "--classes=3",
+                     env={**_env(), "TF_ENABLE_ONEDNN_OPTS": "1"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stderr == ""
+    assert "building vit_ti16 with random weights ..." in result.stdout and "keras_vit 0.1.0 OK" in result.stdout
+    assert "top-3 classes of a generated image (random weights): " in result.stdout
+
+
+def test_a_failure_is_one_error_line_and_exit_1():
+    result, _ = _run("-m", "keras_vit", "vit_ti16", "--image_size=33")  # the old positional model name
+    assert result.returncode == 1
+    assert result.stderr.startswith("error: The image size must be divisible by the patch size 16")
+    assert result.stderr.count("\n") == 1
+    _no_noise(result.stderr)
+
+
+# --- in-process: parsing, checks and exit statuses -----------------------------------------------------------
+
+
+@pytest.fixture
+def tool_flags():
+    fv = flags.FlagValues()
+    cli.define_model(fv, required=True)
+    cli.define_weights(fv, required=True, purpose="this test")
+    cli.define_image_size(fv)
+    cli.define_classes(fv)
+    cli.define_pooling(fv)
+    cli.define_out(fv, "Where it goes.")
+    cli.define_verbose(fv)
+    return fv
+
+
+def _main(fv, args, work=lambda argv: 0, **kwargs):
+    return cli.main(work, fv, args, usage="A test tool.", **kwargs)
+
+
+def test_usage_errors_exit_2_on_one_line(tool_flags, tmp_path, capsys):
+    keras_file = tmp_path / "m.keras"
+    keras_file.write_bytes(b"")
+    cases = [
+        ([], "--model is required"),
+        (["--model=vit_b16", "--out=o"], "Pass --weights=none explicitly for random weights"),
+        (["--model=vit_zz", "--weights=none", "--out=o"], "Unknown model. Received: 'vit_zz'"),
+        (["--model=x.keras", "--out=o"], "The model file does not exist"),
+        (["--model=vit_b16", "--weights=nope", "--out=o"], "neither none, a published name"),
+        (["--model=vit_b16", "--weights=none"], "--out is required"),
+        (["--model=vit_b16", "--weights=none", "--out=o", "--image_size=0"], "flag --image_size=0"),
+        (["--model=vit_b16", "--weights=none", "--out=o", "extra"], "Unexpected arguments"),
+        ([f"--model={keras_file}", "--out=o", "--pooling=token"], "--pooling cannot apply to a .keras model"),
+        (["--model=vit_b16", f"--weights={keras_file}", "--out=o", "--classes=3"],
+         "--classes cannot apply to a .keras model"),
+    ]
+    for args, message in cases:
+        assert _main(tool_flags, args) == 2, args
+        captured = capsys.readouterr()
+        assert captured.err.startswith("error: ") and captured.err.count("\n") == 1, captured.err
+        assert message in captured.err, (message, captured.err)
+        assert captured.out == ""
+
+
+def test_valid_flags_reach_the_work_from_their_defaults_each_time(tool_flags, tmp_path):
+    keras_file = tmp_path / "m.keras"
+    keras_file.write_bytes(b"")
+    seen = []
+    work = lambda argv: seen.append((argv[1:], tool_flags.model, tool_flags.weights, tool_flags.image_size))
+    assert _main(tool_flags, ["--model=B16", "--weights=none", "--out=o", "--image_size=384"], work) == 0
+    assert _main(tool_flags, [f"--model={keras_file}", "--out=o"], work) == 0  # no weights needed
+    assert seen == [([], "B16", "none", 384), ([], str(keras_file), None, None)]
+
+
+def test_renamed_flags_and_positional_flags(tool_flags):
+    seen = []
+    work = lambda argv: seen.append((tool_flags.model, tool_flags.out, tool_flags.image_size))
+    args = ["vit_b16", "--weights=none", "--export_base", "old", "--image-size=64"]
+    assert _main(tool_flags, args, work, renamed={"export_base": "out", "image-size": "image_size"},
+                 positional=("model",)) == 0
+    assert seen == [("vit_b16", "old", 64)]
+    assert _main(tool_flags, ["--model=vit_b16", "vit_b16", "--weights=none", "--out=o"], work,
+                 positional=("model",)) == 2
+
+
+def test_failures_exit_1_with_a_traceback_only_with_verbose(tool_flags, capsys):
+    def fail(argv):
+        raise ValueError("the work failed\nover two lines")
+
+    args = ["--model=vit_b16", "--weights=none", "--out=o"]
+    assert _main(tool_flags, args, fail) == 1
+    assert capsys.readouterr().err == "error: the work failed over two lines\n"
+    assert _main(tool_flags, [*args, "--verbose"], fail) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("Traceback (most recent call last):")
+    assert err.endswith("ValueError: the work failed\nover two lines\nerror: the work failed over two lines\n")
+
+    def bug(argv):
+        return {}["missing"]
+
+    assert _main(tool_flags, args, bug) == 1
+    assert capsys.readouterr().err == "error: KeyError: 'missing'\n"
+
+    def usage(argv):
+        raise cli.UsageError("found late")
+
+    assert _main(tool_flags, args, usage) == 2
+    assert capsys.readouterr().err == "error: found late\n"
+
+
+def test_help_text_shows_defaults_and_required(capsys):
+    fv = flags.FlagValues()
+    cli.define_model(fv, default="vit_b16")
+    flags.DEFINE_list("shots", ["1", "5"], "Shots.", flag_values=fv)
+    cli.define_out(fv, "Where it goes.")
+    cli.define_verbose(fv)
+    assert _main(fv, ["--model=nonsense", "-h"]) == 0  # help wins, nothing is checked
+    out = capsys.readouterr().out
+    assert out.startswith("A test tool.\n\nflags:\n")
+    assert "(default: 'vit_b16')" in out and "--shots: Shots. (default: '1,5')" in out
+    assert "--out: Where it goes. (required)" in out and "--[no]verbose" in out
+
+
+def test_build_model_refuses_architecture_flags_for_a_keras_file(tmp_path):
+    with pytest.raises(ValueError, match="--image_size cannot apply to a .keras model"):
+        cli.build_model(str(tmp_path / "m.keras"), image_size=64)
+    with pytest.raises(ValueError, match="--pooling cannot apply"):
+        cli.build_model("vit_b16", str(tmp_path / "m.keras"), pooling="token")
+
+
+def test_build_model_accepts_any_variant_spelling():
+    model = cli.build_model("ViT-Ti/16", "none", image_size=32, classes=3)
+    assert model.input_shape == (None, 32, 32, 3) and model.output_shape == (None, 3)
