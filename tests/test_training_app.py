@@ -12,7 +12,8 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["--image_size=8", "--patch_size=4", "--hidden_size=16", "--num_layers=1", "--num_heads=2",
-        "--mlp_dim=32", "--global_batch_size=16", "--log_every=2", "--show_predictions=0"]
+        "--mlp_dim=32", "--global_batch_size=16", "--log_every=2", "--show_predictions=0",
+        "--jit_compile=false"]  # the XLA compile would dominate these few-step runs
 
 
 def train(workdir, *args, timeout=240):

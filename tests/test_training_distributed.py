@@ -14,7 +14,7 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="", PYTHONPATH=ROOT)
 TINY = dict(image_size=8, patch_size=4, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32, global_batch_size=16,
-            log_every=1, show_predictions=0, export=False)
+            log_every=1, show_predictions=0, export=False, jit_compile=False)
 TWO_CPUS = """
 import tensorflow as tf
 _cpu = tf.config.list_physical_devices("CPU")[0]

@@ -15,7 +15,7 @@ import tensorflow as tf
 from training import config, data, loop
 
 TINY = dict(image_size=8, patch_size=4, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32, global_batch_size=16,
-            log_every=1, show_predictions=0, export=False)
+            log_every=1, show_predictions=0, export=False, jit_compile=False)
 # Adam at 1e5 without warm-up: finite for two steps, then the weights overflow (the reviewer's reproduction).
 DIVERGING = dict(steps=10, learning_rate=1e5, warmup_steps=0, checkpoint_every=1)
 

@@ -189,6 +189,7 @@ RECIPES: dict[str, dict] = {
         weight_decay=0.0,
         grad_clip_norm=1.0,
         checkpoint_every=500,
+        jit_compile=True,  # XLA: faster per step than the plain graph for small models (benchmarks/TRAINING.md)
     ),
     # ImageNet-21k pre-training: Adam(0.9, 0.999), batch 4096, 10k warm-up, linear decay, wd 0.03,
     # clip 1, dropout 0.1, a tanh pre-logits layer of width D, head bias -10, 90 epochs at 224.
