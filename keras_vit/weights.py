@@ -5,16 +5,29 @@ to know about it: the image size it was trained or fine-tuned at, its classes, w
 `pre_logits` layer, the GELU form and LayerNorm epsilon of its source (the official Flax code: tanh GELU,
 epsilon 1e-6), its input preprocessing, and the ImageNet top-1 accuracy the upstream tables report.
 
-Sources of the table (see ../shared/REFERENCE.md):
+Sources of the table:
 - `imagenet21k`, `imagenet21k+imagenet2012`: the files of the paper (Dosovitskiy et al. 2021); top-1 of the
-  384 fine-tunes from paper Table 5 (ImageNet-21k pre-training row); the `-224` fine-tunes from the
-  google-research/vision_transformer README (81.2 and 82.7).
+  384 fine-tunes from paper Table 5 (ImageNet-21k pre-training row); R50+ViT-B/16's 384 fine-tune 85.08 from
+  google-research/vision_transformer issue 39; the `-224` fine-tunes from the google-research/vision_transformer
+  README (81.2 and 82.7).
 - `augreg_in21k`, `augreg_in21k_ft_in1k`: the checkpoints *recommended* by "How to train your ViT?"
   (Steiner et al. 2021, arXiv 2106.10270, section 4.5; the vision_transformer README table and big_vision's
   `howto-i21k-*` names), fine-tuned at 384, with the README's ImageNet accuracies.
-  ViT-B/8 has no recommended fine-tune in that table: its `augreg_in21k_ft_in1k` is the 224 fine-tune that
-  timm ships (`vit_base_patch8_224.augreg_in21k_ft_in1k`), from a sibling pre-training run.
+  ViT-B/8's `augreg_in21k_ft_in1k` is the 224 fine-tune of its recommended pre-training run that the
+  upstream AugReg colab lists,
+  `B_8-i21k-300ep-lr_0.001-aug_medium2-wd_0.1-do_0.0-sd_0.0--imagenet2012-steps_20k-lr_0.03-res_224` (85.58).
 - `augreg_in21k_ft_in1k_224`: the 224 fine-tunes timm ships as `vit_*_224.augreg_in21k_ft_in1k`.
+
+Names that mean a different file than timm's tag of the same name (ours follow the recommended runs,
+`_AUGREG`; timm's 224 fine-tunes, `_AUGREG_224`, come from partly different runs):
+- `augreg_in21k_ft_in1k` here is the recommended fine-tune (at 384; B/8 at 224). timm's
+  `vit_*_224.augreg_in21k_ft_in1k` is `augreg_in21k_ft_in1k_224` here. For B/8 both are at 224 yet differ:
+  ours is the aug_medium2 run fine-tuned with lr 0.03, timm's `vit_base_patch8_224.augreg_in21k_ft_in1k` the
+  aug_medium1 run fine-tuned with lr 0.01.
+- `augreg_in21k` here is the recommended pre-training run. It is not the run behind timm's 224 fine-tune
+  (so check the file name before pairing it with timm's `augreg_in21k` tag) for S/32 (aug_none-wd_0.1 against aug_light1-wd_0.03), B/32 (aug_light1-wd_0.1 against
+  aug_medium1-wd_0.03), B/8 (aug_medium2 against aug_medium1) and L/16 (aug_strong1 against
+  aug_medium1-do_0.1-sd_0.1); Ti/16, S/16 and B/16 use the same run in both.
 
 Checksums: no sha256 is known for any of these files here (they could not be downloaded while writing this
 table), so `sha256` is None everywhere and downloads are not verified; `python -m keras_vit.convert
@@ -109,6 +122,8 @@ _ORIGINAL_NAMES = {"B16": "ViT-B_16", "B32": "ViT-B_32", "L16": "ViT-L_16", "L32
                    "R50_B16": "R50+ViT-B_16"}
 _WIDTH = {"B16": 768, "B32": 768, "L16": 1024, "L32": 1024, "H14": 1280, "R50_B16": 768}
 _TABLE5 = {"B16": 83.97, "B32": 81.28, "L16": 85.15, "L32": 80.99}  # paper Table 5, ImageNet-21k row, at 384
+# Top-1 of 384 fine-tunes not in Table 5: (top-1, source).
+_OTHER_TOP1 = {"R50_B16": (85.08, "google-research/vision_transformer issue 39")}
 
 # AugReg: recommended pre-training runs (vision_transformer README / big_vision `howto-i21k-*`), the
 # recommended 384 fine-tune (its learning rate) and the README's ImageNet accuracy.
@@ -118,7 +133,8 @@ _AUGREG = {
     "S16": ("S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0", "lr_0.03-res_384", 83.73),
     "B32": ("B_32-i21k-300ep-lr_0.001-aug_light1-wd_0.1-do_0.0-sd_0.0", "lr_0.01-res_384", 83.59),
     "B16": ("B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0", "lr_0.03-res_384", 85.49),
-    "B8": ("B_8-i21k-300ep-lr_0.001-aug_medium2-wd_0.1-do_0.0-sd_0.0", None, None),
+    # B/8: the upstream AugReg colab's fine-tune of this run at 224 (not 384), 85.58 top-1
+    "B8": ("B_8-i21k-300ep-lr_0.001-aug_medium2-wd_0.1-do_0.0-sd_0.0", "lr_0.03-res_224", 85.58),
     "L16": ("L_16-i21k-300ep-lr_0.001-aug_strong1-wd_0.1-do_0.0-sd_0.0", "lr_0.01-res_384", 85.59),
 }
 _AUGREG_WIDTH = {"Ti16": 192, "S32": 384, "S16": 384, "B32": 768, "B16": 768, "B8": 768, "L16": 1024}
@@ -140,10 +156,9 @@ def _build_table() -> dict[tuple[str, str], WeightsEntry]:
         entries.append(WeightsEntry("imagenet21k", variant, f"imagenet21k/{file}.npz", None, 224, 21843,
                                     _WIDTH[variant], top1_source="n/a: raw ImageNet-21k head, fine-tune first"))
         if variant != "H14":
-            top1 = _TABLE5.get(variant)
+            top1, source = (_TABLE5[variant], "paper Table 5") if variant in _TABLE5 else _OTHER_TOP1[variant]
             entries.append(WeightsEntry("imagenet21k+imagenet2012", variant, f"imagenet21k+imagenet2012/{file}.npz",
-                                        None, 384, 1000, None, imagenet_top1=top1,
-                                        top1_source="paper Table 5" if top1 else "see upstream"))
+                                        None, 384, 1000, None, imagenet_top1=top1, top1_source=source))
     for variant, top1 in (("B16", 81.2), ("L16", 82.7)):
         file = _ORIGINAL_NAMES[variant]
         entries.append(WeightsEntry("imagenet21k+imagenet2012_224", variant,
@@ -151,16 +166,13 @@ def _build_table() -> dict[tuple[str, str], WeightsEntry]:
                                     imagenet_top1=top1, top1_source="vision_transformer README"))
     for variant, (run, finetune, top1) in _AUGREG.items():
         entries.append(WeightsEntry("augreg_in21k", variant, f"augreg/{run}.npz", None, 224, 21843, None))
-        if finetune is None:  # B/8: timm's 224 fine-tune of a sibling run
-            run, finetune = _AUGREG_224[variant]
         size = int(finetune.rsplit("_", 1)[1])
         entries.append(WeightsEntry("augreg_in21k_ft_in1k", variant,
                                     f"augreg/{run}--imagenet2012-steps_20k-{finetune}.npz", None, size, 1000, None,
                                     imagenet_top1=top1,
-                                    top1_source="vision_transformer README (AugReg)" if top1 else "see upstream"))
+                                    top1_source="vision_transformer AugReg colab" if variant == "B8"
+                                    else "vision_transformer README (AugReg)"))
     for variant, (run, finetune) in _AUGREG_224.items():
-        if variant == "B8":  # already the `augreg_in21k_ft_in1k` entry
-            continue
         entries.append(WeightsEntry("augreg_in21k_ft_in1k_224", variant,
                                     f"augreg/{run}--imagenet2012-steps_20k-{finetune}.npz", None, 224, 1000, None))
     return {(e.variant, e.name): e for e in entries}
@@ -191,7 +203,7 @@ or `include_top=False` for features)."""
 IMAGENET_WEIGHTS = {variant: name for variant, name in DEFAULT_WEIGHTS.items() if variant != "H14"}
 """What `weights="imagenet"` loads per variant: its ImageNet-1k (1000-class) fine-tune with the best upstream
 top-1 (AugReg where it exists: 85.49 against the paper's 83.97 for B/16, 85.59 against 85.15 for L/16; B/8's
-only 1k fine-tune is AugReg's at 224; L/32 and R50+B/16 have only the paper's). ViT-H/14 has no ImageNet-1k
+recommended 1k fine-tune is AugReg's at 224, 85.58; L/32 and R50+B/16 (85.08) have only the paper's). ViT-H/14 has no ImageNet-1k
 fine-tune, so `"imagenet"` is refused for it."""
 
 

@@ -1,7 +1,7 @@
 """An independent numpy forward pass of the ViT, written from the paper and the official Flax code.
 
 Parameters come as a flat dict in the official checkpoint layout (keys joined with '/', see
-../shared/REFERENCE.md), so checkpoint tests can run it straight from a file's arrays. It shares no code
+docs/REFERENCE.md), so checkpoint tests can run it straight from a file's arrays. It shares no code
 with keras_vit.
 """
 

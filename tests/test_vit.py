@@ -10,7 +10,7 @@ from numpy_reference import vit_forward
 import keras_vit
 from keras_vit.variants import VARIANTS
 
-# Golden counts from ../shared/REFERENCE.md (1000 classes, 224, token classifier).
+# Golden counts from docs/REFERENCE.md (1000 classes, 224, token classifier).
 GOLDEN = {
     "Ti16": 5_717_416, "S16": 22_050_664, "B16": 86_567_656, "B32": 88_224_232,
     "L16": 304_326_632, "L32": 306_535_400, "H14": 632_045_800,

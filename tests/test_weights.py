@@ -20,7 +20,7 @@ AUGREG_NAME = re.compile(
 
 
 def test_every_variant_has_its_published_names():
-    # ../shared/REFERENCE.md: imagenet21k for B/16, B/32, L/16, L/32, H/14, R50+B/16; fine-tuned for all but H/14.
+    # docs/REFERENCE.md: imagenet21k for B/16, B/32, L/16, L/32, H/14, R50+B/16; fine-tuned for all but H/14.
     for variant in ("B16", "B32", "L16", "L32", "H14", "R50_B16"):
         assert "imagenet21k" in weights.names_for(variant)
     for variant in ("B16", "B32", "L16", "L32", "R50_B16"):
@@ -174,4 +174,4 @@ def test_raw_imagenet21k_b16_has_the_golden_count_and_warns(monkeypatch):
                     heads=12, mlp=3072, classes=21843, representation_size=768)
     with pytest.warns(UserWarning, match="all zeros"):
         model = keras_vit.ViT_B16(weights="imagenet21k")
-    assert model.count_params() == 103_186_515  # ../shared/REFERENCE.md
+    assert model.count_params() == 103_186_515  # docs/REFERENCE.md

@@ -1,7 +1,7 @@
 """The one in-memory form every checkpoint reader produces: arrays in the official layout.
 
 Readers (official .npz in any spelling, timm and Hugging Face safetensors, ...) translate their file into a
-`Checkpoint` whose `params` use the released pre-Linen official .npz key names (../shared/REFERENCE.md):
+`Checkpoint` whose `params` use the released pre-Linen official .npz key names (docs/REFERENCE.md):
 no `params/` or `opt/target/` prefix, one entry per block (`Transformer/encoderblock_{i}/...`), attention
 kernels (D, heads, head_dim), patch embedding kernel HWIO (P, P, C, D). The loader maps this layout onto a
 Keras model by explicit layer names; nothing else needs to know a foreign format.

@@ -5,7 +5,7 @@ objects. Names, dtypes and shapes are first read from the zip and .npy headers (
 disagrees with its size is refused), and an array's data is decompressed only when the loader assigns it, so
 a small file claiming gigabytes of unused or mis-shaped zeros is refused without reading them. Every
 spelling the official code has used is translated to the released pre-Linen names of
-../shared/REFERENCE.md:
+docs/REFERENCE.md:
 
 - block sublayers in Linen numbering (`LayerNorm_0`, `MultiHeadDotProductAttention_0`, `LayerNorm_1`,
   `MlpBlock_0`) -> (`LayerNorm_0`, `MultiHeadDotProductAttention_1`, `LayerNorm_2`, `MlpBlock_3`);

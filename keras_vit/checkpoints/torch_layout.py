@@ -1,7 +1,7 @@
 """Translating PyTorch-layout ViT tensors (timm, Hugging Face) into the official layout.
 
 PyTorch stores a Linear weight as (out, in) and computes `x @ W.T + b`; a Conv2d weight as (out, in, kh, kw).
-The official layout (../shared/REFERENCE.md) stores Dense kernels as (in, out), the patch embedding as HWIO
+The official layout (docs/REFERENCE.md) stores Dense kernels as (in, out), the patch embedding as HWIO
 (P, P, C, D), attention q/k/v kernels as (D, heads, head_dim) and the output kernel as (heads, head_dim, D).
 Both timm and Hugging Face order a projection's output features head-major (feature h * head_dim + d belongs
 to head h), so splitting the out axis into (heads, head_dim) is exact.
