@@ -25,9 +25,9 @@ Names that mean a different file than timm's tag of the same name (ours follow t
   ours is the aug_medium2 run fine-tuned with lr 0.03, timm's `vit_base_patch8_224.augreg_in21k_ft_in1k` the
   aug_medium1 run fine-tuned with lr 0.01.
 - `augreg_in21k` here is the recommended pre-training run. It is not the run behind timm's 224 fine-tune
-  (so check the file name before pairing it with timm's `augreg_in21k` tag) for S/32 (aug_none-wd_0.1 against aug_light1-wd_0.03), B/32 (aug_light1-wd_0.1 against
-  aug_medium1-wd_0.03), B/8 (aug_medium2 against aug_medium1) and L/16 (aug_strong1 against
-  aug_medium1-do_0.1-sd_0.1); Ti/16, S/16 and B/16 use the same run in both.
+  for S/32 (aug_none-wd_0.1 against aug_light1-wd_0.03), B/32 (aug_light1-wd_0.1 against aug_medium1-wd_0.03),
+  B/8 (aug_medium2 against aug_medium1) and L/16 (aug_strong1 against aug_medium1-do_0.1-sd_0.1): check the
+  file name before pairing it with timm's `augreg_in21k` tag. Ti/16, S/16 and B/16 use the same run in both.
 
 Checksums: no sha256 is known for any of these files here (they could not be downloaded while writing this
 table), so `sha256` is None everywhere and downloads are not verified; `python -m keras_vit.convert
@@ -203,8 +203,8 @@ or `include_top=False` for features)."""
 IMAGENET_WEIGHTS = {variant: name for variant, name in DEFAULT_WEIGHTS.items() if variant != "H14"}
 """What `weights="imagenet"` loads per variant: its ImageNet-1k (1000-class) fine-tune with the best upstream
 top-1 (AugReg where it exists: 85.49 against the paper's 83.97 for B/16, 85.59 against 85.15 for L/16; B/8's
-recommended 1k fine-tune is AugReg's at 224, 85.58; L/32 and R50+B/16 (85.08) have only the paper's). ViT-H/14 has no ImageNet-1k
-fine-tune, so `"imagenet"` is refused for it."""
+recommended 1k fine-tune is AugReg's at 224, 85.58; L/32 and R50+B/16 (85.08) have only the paper's).
+ViT-H/14 has no ImageNet-1k fine-tune, so `"imagenet"` is refused for it."""
 
 
 def names_for(variant: str) -> list[str]:

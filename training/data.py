@@ -21,7 +21,8 @@ Sources (`name`):
       extra), a fixed 80/20 train/test split, grey levels 0..16 scaled to 0..255 and repeated to RGB.
     * `"folder:PATH"`: the tensorflow-datasets ImageFolder layout `PATH/<split>/<label>/<image>`; the
       evaluation split may be called `test`, `val` or `validation`. A class folder of `train` without images
-      is refused. `check_images` finds the files `tf.io.decode_image` would reject (by their headers, before
+      is refused, and so is a flat `PATH/<label>/<image>` layout (the message says where to move the
+      folders). `check_images` finds the files `tf.io.decode_image` would reject (by their headers, before
       training) so that they can be named, or skipped with `skip_files`.
     * any other name: a prepared tensorflow-datasets dataset (never downloaded unless `download=True`).
 
@@ -74,8 +75,9 @@ def dataset_source(name: str, split: str, data_dir: str | None = None, download:
     `skip_files`: paths of a folder dataset left out (the bad files `check_images` found).
 
     Raises:
-        DatasetNotFoundError: when the data is not there, with instructions to prepare it.
-        InvalidDatasetError: for a class folder without images.
+        DatasetNotFoundError: when the data is not there (a missing folder, no train/ or evaluation split,
+            a tfds dataset not prepared, or its download failing for a network error), with instructions.
+        InvalidDatasetError: for a class folder without images, or a flat `PATH/<label>/<image>` layout.
         ValueError: for an unknown split.
     """
     if name == "digits":
@@ -211,12 +213,16 @@ def default_splits(name: str, data_dir: str | None = None) -> tuple[str, str]:
         return "train", "test"
     if name.startswith("folder:"):
         root = name[len("folder:"):]
+        _check_folder_layout(root)
         for split in EVAL_SPLIT_NAMES:
             if os.path.isdir(os.path.join(root, split)):
                 return "train", split
+        beside = sorted(set(os.listdir(root)) - {"train"})
+        found = f"found only {_listing(beside)}" if beside else "it holds nothing else"
         raise DatasetNotFoundError(
-            f"No evaluation split in image folder {root!r}: expected one of {EVAL_SPLIT_NAMES} next to "
-            f"'train'. Received: dataset={name!r}"
+            f"No evaluation split in image folder {root!r}: expected {_EVAL_LAYOUT.format(root=root)} next to "
+            f"{os.path.join(root, 'train')}/, but beside train/ {found}. Move some images of each class there "
+            f"(or name the evaluation folder test, val or validation). Received: dataset={name!r}"
         )
     splits = _tfds_builder(name, data_dir).info.splits
     for split in EVAL_SPLIT_NAMES:
@@ -443,14 +449,76 @@ def _decode_file(path):
     return image
 
 
+_TRAIN_LAYOUT = "{root}/train/<label>/<image>"
+_EVAL_LAYOUT = "{root}/test|val|validation/<label>/<image>"
+
+
+def _listing(names, limit=8) -> str:
+    """`a, b, c` (the first `limit` names, then how many more)."""
+    names = list(names)
+    more = f" and {len(names) - limit} more" if len(names) > limit else ""
+    return ", ".join(names[:limit]) + more if names else "nothing"
+
+
+def _holds_images(folder: str) -> bool:
+    with os.scandir(folder) as entries:
+        return any(e.is_file() and e.name.lower().endswith(IMAGE_EXTENSIONS) for e in entries)
+
+
+def _check_folder_layout(root: str) -> None:
+    """Refuses a folder dataset that is not `PATH/train/<label>/<image>`, saying what was found instead.
+
+    Raises:
+        DatasetNotFoundError: `root` does not exist (or is not a folder), or holds no `train` folder and no
+            class folders of images either.
+        InvalidDatasetError: a flat `PATH/<label>/<image>` layout (class folders directly under `root`) or
+            images directly in `root`: the message names them and says where to move them.
+    """
+    name = f"folder:{root}"
+    expected = f"{_TRAIN_LAYOUT.format(root=root)} and {_EVAL_LAYOUT.format(root=root)}"
+    if not os.path.exists(root):
+        raise DatasetNotFoundError(
+            f"Image folder {root!r} does not exist: check the path after 'folder:' (expected {expected}). "
+            f"Received: dataset={name!r}"
+        )
+    if not os.path.isdir(root):
+        raise DatasetNotFoundError(
+            f"{root!r} is a file, not an image folder: expected {expected}. Received: dataset={name!r}"
+        )
+    if os.path.isdir(os.path.join(root, "train")):
+        return
+    entries = sorted(os.listdir(root))
+    folders = [e for e in entries if os.path.isdir(os.path.join(root, e))]
+    class_folders = [f for f in folders if _holds_images(os.path.join(root, f))]
+    if class_folders:
+        raise InvalidDatasetError(
+            f"Image folder {root!r} has no train/ folder: expected {expected}, but found {len(class_folders)} "
+            f"folder(s) holding images directly: {_listing(class_folders)}. Move them under "
+            f"{os.path.join(root, 'train')}/ and put a test split beside it ({root}/test/<label>/<image>, the "
+            f"same labels). Received: dataset={name!r}"
+        )
+    if _holds_images(root):
+        raise InvalidDatasetError(
+            f"Image folder {root!r} holds images directly and no train/ folder: expected {expected} (one folder "
+            f"per class). Received: dataset={name!r}"
+        )
+    found = f"found {_listing(entries)}" if entries else "it is empty"
+    raise DatasetNotFoundError(
+        f"Image folder {root!r} has no train/ folder: expected {expected}, but {found}. "
+        f"Received: dataset={name!r}"
+    )
+
+
 def _folder_files(root: str, split: str) -> tuple[tuple[str, ...], list, list]:
     """(class names from `train`, image paths of `split`, their labels), in sorted order."""
     train_dir = os.path.join(root, "train")
     split_dir = os.path.join(root, split)
-    if not os.path.isdir(train_dir) or not os.path.isdir(split_dir):
+    _check_folder_layout(root)
+    if not os.path.isdir(split_dir):
+        beside = sorted(e for e in os.listdir(root) if os.path.isdir(os.path.join(root, e)))
         raise DatasetNotFoundError(
-            f"Expected an image folder with {root}/train/<label>/<image> and {root}/{split}/<label>/<image>. "
-            f"Received: dataset='folder:{root}', split={split!r}"
+            f"Image folder {root!r} has no split {split!r}: expected {root}/{split}/<label>/<image>; the splits "
+            f"there are {_listing(beside)}. Received: dataset='folder:{root}', split={split!r}"
         )
     class_names = tuple(sorted(d for d in os.listdir(train_dir) if os.path.isdir(os.path.join(train_dir, d))))
     if not class_names:
@@ -517,7 +585,15 @@ def _tfds_source(name: str, split: str, data_dir: str | None, download: bool) ->
 
     builder = _tfds_builder(name, data_dir)
     if download:
-        builder.download_and_prepare()
+        try:
+            builder.download_and_prepare()
+        except OSError as error:  # no network, DNS, HTTP (requests' errors are OSErrors); not missing modules
+            raise DatasetNotFoundError(
+                f"Could not download dataset {name!r} with tensorflow-datasets (network error: {error}). Check the "
+                f"network (and a proxy, if any), or prepare it on a machine with internet access: `python -m "
+                f"training.train --dataset={name} --download --data_dir=DIR` there, then copy DIR here and pass "
+                f"--data_dir=DIR without --download."
+            ) from error
     try:
         elements = builder.as_dataset(
             split=split,
