@@ -100,7 +100,8 @@ def run_plain(baseline, folder):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--baseline", required=True, help="the plain Keras ViT script")
-    parser.add_argument("--datasets", default="digits28,shapes")
+    parser.add_argument("--datasets", default="digits28,shapes",
+                        help="comma-separated kinds of quality_data.py, or paths of existing image folders")
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--train_per_class", type=int, default=400)
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)  # folder seed init: one fit, JSON out
@@ -115,8 +116,10 @@ def main(argv=None):
     results = {}
     with tempfile.TemporaryDirectory() as scratch:
         for dataset in args.datasets.split(","):
-            folder = os.path.join(scratch, dataset)
-            quality_data.make(dataset, folder, args.train_per_class, 100)
+            folder = dataset  # an existing ImageFolder (PATH/train, PATH/test), or a kind to generate
+            if not os.path.isdir(dataset):
+                folder = os.path.join(scratch, dataset)
+                quality_data.make(dataset, folder, args.train_per_class, 100)
             rows = results.setdefault(dataset, {"keras_vit": [], "keras_vit, plain-like init": [], "plain": []})
             for seed in range(args.seeds):
                 for name, init in (("keras_vit", "official"), ("keras_vit, plain-like init", "plain")):
