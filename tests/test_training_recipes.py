@@ -20,7 +20,9 @@ SMALL = dict(patch_size=4, hidden_size=32, num_layers=2, num_heads=2, mlp_dim=64
     ({"dataset": "digits"}, "demo", "inception", False),
     ({"dataset": "folder:/data/letters", "image_size": 28}, "scratch", "translate", False),
     ({"dataset": "folder:/data/flowers", "image_size": 128}, "scratch", "inception", True),
-    ({"dataset": "folder:/data/letters", "image_size": 28, "weights": "run/model.weights.h5"}, "finetune",
+    ({"dataset": "folder:/data/letters", "image_size": 28, "weights": "run/model.weights.h5"}, "scratch",
+     "translate", False),
+    ({"dataset": "folder:/data/letters", "image_size": 28, "weights": "imagenet21k"}, "finetune",
      "translate", False),
     ({"dataset": "cifar10", "weights": "augreg_in21k"}, "finetune", "inception", True),
     ({"dataset": "folder:/data/letters", "image_size": 28, "crop": "none"}, "scratch", "none", False),
@@ -120,7 +122,7 @@ def test_a_short_finetune_from_the_scratch_run_learns(scratch_run, folder, tmp_p
                              model="tiny", weights=os.path.join(workdir, "model.weights.h5"), workdir=str(tmp_path),
                              export=False, **SMALL)
     metrics, printed = _run(cfg)
-    assert printed.startswith("recipe: finetune, chosen for fine-tuning from --weights=")
+    assert printed.startswith("recipe: scratch, chosen for fine-tuning your own model from --weights=")
     assert metrics["eval_accuracy"] >= 0.8
 
 

@@ -6,8 +6,8 @@ and 4, Appendix B.1; AugReg from big_vision); explicit flags override the recipe
 defaults of `Config`.
 
 Without a recipe (`recipe=None`, the app's default), `choose_recipe` picks one from the situation and says
-why: the embedded digits get `demo`, `--weights` gets `finetune`, anything else `scratch` (the small-data
-recipe); when the recipe was chosen, the augmentation also follows the image size (`situational_augmentation`).
+why: the embedded digits get `demo`, `--weights` of a published checkpoint gets `finetune`, anything else
+`scratch` (the small-data recipe, also from the weights of one's own Keras model); when the recipe was chosen, the augmentation also follows the image size (`situational_augmentation`).
 
 Example:
     >>> from training.config import make_config
@@ -258,11 +258,21 @@ RECIPES: dict[str, dict] = {
 }
 
 
+KERAS_WEIGHT_FILES = (".keras", ".weights.h5", ".h5")
+
+
 def choose_recipe(overrides: dict) -> tuple[str, str]:
     """(recipe, reason) for a run given without `--recipe`, from the flags that were given."""
     dataset = overrides.get("dataset")
-    if overrides.get("weights"):
-        return "finetune", f"fine-tuning from --weights={overrides['weights']}"
+    weights = overrides.get("weights")
+    if weights and str(weights).lower().endswith(KERAS_WEIGHT_FILES):
+        # A model of one's own (a Keras file, e.g. a run of this app): the small-data recipe from its weights.
+        # The paper's SGD fine-tune is for published large-scale checkpoints; on short runs from small
+        # pre-trained models it did worse than training from scratch (benchmarks/TRAINING.md).
+        return "scratch", (f"fine-tuning your own model from --weights={weights}: the small-data recipe "
+                           "(--recipe=finetune is the paper's, for published checkpoints)")
+    if weights:
+        return "finetune", f"fine-tuning from --weights={weights}"
     if dataset in (None, "digits"):
         return "demo", "the embedded digits demo"
     return "scratch", f"training from scratch on {dataset}: the small-data recipe (--recipe=augreg for large data)"
