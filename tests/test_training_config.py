@@ -1,7 +1,9 @@
 """training.config, training.optim: recipes as data, flag precedence, validation, the learning-rate schedule."""
 
+import dataclasses
 import json
 import math
+import zipfile
 
 import pytest
 
@@ -28,6 +30,85 @@ def test_pretrain_recipe_has_the_papers_values():
 def test_augreg_recipe_uses_randaugment_and_mixup():
     cfg = config_lib.make_config("augreg", dataset="imagenet2012")
     assert cfg.randaugment == (2, 15) and cfg.mixup == 0.2 and cfg.optimizer == "adamw" and cfg.weight_decay == 0.1
+
+
+# Every field's default and every recipe's resolved values, typed from the code before the recipes shared their
+# common values (issue 16): a refactor of RECIPES or of the Config fields must keep them all.
+DEFAULTS = dict(
+    recipe="demo", recipe_reason=None, model="tiny", patch_size=None, hidden_size=None, num_layers=None,
+    num_heads=None, mlp_dim=None, classifier=None, representation_size=None, head_bias_init=0.0, dropout_rate=0.0,
+    drop_path_rate=0.0, weights=None, zero_head=False, dataset="digits", data_dir=None, download=False,
+    train_split=None, eval_split=None, image_size=16, crop="inception", crop_min_area=0.05, flip=True,
+    randaugment=None, mixup=0.0, cutmix=0.0, augment_library="keras", shuffle_buffer=10_000, steps=None, epochs=None,
+    global_batch_size=128, optimizer="adam", learning_rate=1e-3, beta_1=0.9, beta_2=0.999, momentum=0.9,
+    schedule="cosine", warmup_steps=0, weight_decay=0.0, grad_clip_norm=1.0, label_smoothing=0.0,
+    mixed_precision="none", jit_compile=False, strategy="auto", tpu=None, workdir="workdir", seed=0,
+    checkpoint_every=500, keep_checkpoints=2, log_every=None, eval_every=None, export=True, show_predictions=8,
+)
+RESOLVED = {  # make_config(recipe, dataset="cifar10") (the demo: its digits), where it differs from DEFAULTS
+    "scratch": dict(recipe="scratch", dataset="cifar10", image_size=32, crop="translate", flip=False, epochs=30,
+                    optimizer="adamw", learning_rate=2e-3, warmup_steps=200, weight_decay=0.05, label_smoothing=0.1,
+                    jit_compile=True),
+    "demo": dict(crop_min_area=0.7, flip=False, steps=2000, global_batch_size=64, warmup_steps=100, jit_compile=True),
+    "pretrain_i21k": dict(recipe="pretrain_i21k", model="vit_b16", representation_size=768, head_bias_init=-10.0,
+                          dropout_rate=0.1, dataset="cifar10", image_size=224, epochs=90, global_batch_size=4096,
+                          schedule="linear", warmup_steps=10_000, weight_decay=0.03, checkpoint_every=1000),
+    "finetune": dict(recipe="finetune", model="vit_b16", zero_head=True, dataset="cifar10", image_size=384,
+                     steps=10_000, global_batch_size=512, optimizer="sgd", learning_rate=0.01, warmup_steps=500,
+                     checkpoint_every=1000),
+    "augreg": dict(recipe="augreg", model="vit_b16", dataset="cifar10", image_size=224, randaugment=(2, 15),
+                   mixup=0.2, epochs=300, global_batch_size=4096, optimizer="adamw", warmup_steps=10_000,
+                   weight_decay=0.1, checkpoint_every=1000),
+}
+
+
+def test_the_config_defaults_are_pinned():
+    assert {f.name: f.default for f in dataclasses.fields(config_lib.Config)} == DEFAULTS
+
+
+@pytest.mark.parametrize("recipe", sorted(RESOLVED))
+def test_each_recipe_resolves_to_its_pinned_values(recipe):
+    assert list(config_lib.RECIPES) == ["scratch", "demo", "pretrain_i21k", "finetune", "augreg"]  # --recipe's order
+    overrides = {} if recipe == "demo" else {"dataset": "cifar10"}
+    assert dataclasses.asdict(config_lib.make_config(recipe, **overrides)) == {**DEFAULTS, **RESOLVED[recipe]}
+
+
+# The config flags of `python -m training.train` by type, as they were declared one by one before they were derived
+# from the Config fields (issue 16), with the choices and lower bounds they had.
+FLAG_TYPES = dict(
+    string="model weights dataset data_dir train_split eval_split randaugment tpu workdir",
+    int="patch_size hidden_size num_layers num_heads mlp_dim representation_size image_size shuffle_buffer steps "
+        "global_batch_size warmup_steps seed checkpoint_every keep_checkpoints log_every eval_every show_predictions",
+    enum="classifier crop augment_library optimizer schedule mixed_precision strategy",
+    float="head_bias_init dropout_rate drop_path_rate crop_min_area mixup cutmix epochs learning_rate beta_1 beta_2 "
+          "momentum weight_decay grad_clip_norm label_smoothing",
+    bool="zero_head download flip jit_compile export",
+)
+FLAG_CHOICES = dict(classifier=["token", "gap"], crop=["inception", "translate", "none"],
+                    augment_library=["keras", "keras_cv"], optimizer=["adam", "adamw", "sgd"],
+                    schedule=["cosine", "linear", "constant"], mixed_precision=["none", "bfloat16", "float16"],
+                    strategy=["auto", "one_device", "mirrored", "multi_worker", "tpu"])
+
+
+def test_each_config_field_is_the_flag_of_its_name_type_and_help():
+    from absl import flags
+
+    from training import train
+
+    fields = {f.name: f for f in dataclasses.fields(config_lib.Config)}
+    flag_names = [name for name in fields if name not in ("recipe", "recipe_reason")]  # --recipe chooses, see train
+    assert [field.name for field, _ in train._config_fields()] == flag_names
+    assert sorted(flag_names) == sorted(" ".join(FLAG_TYPES.values()).split())
+    for kind, names in FLAG_TYPES.items():
+        for name in names.split():
+            flag = flags.FLAGS[name]
+            assert flag.help.endswith(fields[name].metadata["help"]) and flag.default is None, name  # the recipe's
+            assert flag.flag_type() == ("string enum" if kind == "enum" else kind), name
+            assert getattr(flag.parser, "enum_values", None) == FLAG_CHOICES.get(name), name
+            lower = 1 if name in ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim", "image_size") \
+                else None
+            assert getattr(flag.parser, "lower_bound", None) == lower, name
+    assert flags.FLAGS["recipe"].parser.enum_values == list(config_lib.RECIPES)
 
 
 def test_explicit_values_override_the_recipe_and_steps_replace_epochs():
@@ -66,7 +147,7 @@ def test_recipes_without_a_dataset_ask_for_one():
 
 def test_config_is_frozen_and_round_trips_through_json():
     cfg = config_lib.make_config("augreg", dataset="cifar10")
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError, match="cannot assign to field 'learning_rate'"):
         cfg.learning_rate = 1.0  # frozen dataclass
     assert config_lib.Config.from_json(cfg.to_json()) == cfg
     assert json.loads(cfg.to_json())["randaugment"] == [2, 15]
@@ -85,6 +166,32 @@ def test_warmup_schedule_matches_hand_computed_values():
     restored = WarmupSchedule.from_config(cosine.get_config())
     assert float(restored(6)) == pytest.approx(expected[6], abs=1e-6)
 
+
+def test_warmup_schedule_is_registered_under_the_app_and_loads_under_its_old_name(tmp_path):
+    import keras
+    import numpy as np
+
+    from training.optim import WarmupSchedule
+
+    schedule = WarmupSchedule(2.0, total_steps=12, warmup_steps=4)
+    assert keras.saving.get_registered_name(WarmupSchedule) == "keras_vit_training>WarmupSchedule"
+    # A `.keras` file of a model compiled with the schedule, saved before the rename: "keras_vit>WarmupSchedule".
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    model.compile(optimizer=keras.optimizers.SGD(schedule), loss="mse")
+    model.fit(np.zeros((4, 3)), np.zeros((4, 2)), verbose=0)
+    new, old = tmp_path / "new.keras", tmp_path / "old.keras"
+    model.save(new)
+    with zipfile.ZipFile(new) as source, zipfile.ZipFile(old, "w") as target:
+        for item in source.infolist():
+            content = source.read(item.filename)
+            if item.filename == "config.json":
+                assert b'"keras_vit_training>WarmupSchedule"' in content
+                content = content.replace(b'"keras_vit_training>WarmupSchedule"', b'"keras_vit>WarmupSchedule"')
+            target.writestr(item, content)
+    for path in (new, old):
+        restored = keras.saving.load_model(path)
+        learning_rate = restored.optimizer._learning_rate
+        assert isinstance(learning_rate, WarmupSchedule) and learning_rate.get_config() == schedule.get_config()
 
 def test_flags_give_the_same_config_as_make_config():
     from absl import flags

@@ -1,5 +1,10 @@
 """Batch augmentations from Keras 3's own layers: RandAugment, Mixup, CutMix (AugReg, Steiner et al. 2021).
 
+The layers come from Keras core by default, or from keras-cv (`library="keras_cv"`, `--augment_library`), the
+package Keras 3 absorbed them from (in maintenance, an optional extra); `LIBRARIES` maps the app's values to
+each library's keywords. keras-cv's RandAugment keeps its own policy defaults (each op applied with rate 10/11,
+the magnitude drawn with standard deviation 0.15); Keras core's always applies its `num_ops` ops.
+
 They run inside the tf.data pipeline on batches of images in [0, 255] (before the [-1, 1] scaling), on any
 Keras backend. Mixup and CutMix mix one-hot labels, so the batches they produce carry float label rows.
 With both enabled, each batch gets one of them with probability 1/2 (as timm does).
@@ -14,15 +19,45 @@ Example:
 
 from __future__ import annotations
 
-import keras
+import importlib
+
 import tensorflow as tf
 
 # RandAugment magnitudes in the AugReg/big_vision configs run on a 0..30 scale; Keras takes a factor in [0, 1].
 MAX_MAGNITUDE = 30.0
 
+# The augmentation layers of each library (training.config.AUGMENT_LIBRARIES): the module whose `layers` hold
+# RandAugment, MixUp and CutMix, and the keyword each takes for the app's values (the rest are named alike).
+LIBRARIES = {
+    "keras": dict(module="keras", num_ops="num_ops", magnitude="factor", cutmix="factor"),
+    "keras_cv": dict(module="keras_cv", num_ops="augmentations_per_image", magnitude="magnitude", cutmix="alpha"),
+}
 
-def make_batch_transform(num_classes, randaugment=None, mixup=0.0, cutmix=0.0, seed=0):
-    """Returns `fn(images, labels, batch_index) -> (images, labels)`, or None when nothing is enabled.
+
+class MissingLibraryError(ImportError):
+    """The augmentation library asked for is not installed; the message says how to install it."""
+
+
+def layers_of(library="keras"):
+    """The module of `library`'s augmentation layers (`keras.layers` or `keras_cv.layers`).
+
+    Raises:
+        MissingLibraryError: when the library is not installed (keras-cv is an optional extra).
+    """
+    module = LIBRARIES[library]["module"]
+    try:
+        return importlib.import_module(module).layers
+    except ImportError as error:
+        package = module.replace("_", "-")  # also the name of its extra
+        raise MissingLibraryError(
+            f"--augment_library={library} needs the {package} package, which is not installed: "
+            f'pip install "keras-vit[{package}]"'
+        ) from error
+
+
+def make_batch_transform(num_classes, randaugment=None, mixup=0.0, cutmix=0.0, seed=0, library="keras"):
+    """Returns `fn(images, labels, batch_index) -> (images, labels)`, or None when nothing is enabled; the
+    layers it applies are its `layers` attribute.
 
     Args:
         num_classes: width of the one-hot labels that Mixup / CutMix produce.
@@ -30,20 +65,26 @@ def make_batch_transform(num_classes, randaugment=None, mixup=0.0, cutmix=0.0, s
         mixup: Beta(alpha, alpha) parameter of Mixup; 0 disables it.
         cutmix: Beta(alpha, alpha) parameter of CutMix; 0 disables it.
         seed: seed of the layers' random generators (and of the per-batch Mixup/CutMix choice).
+        library: `"keras"` (Keras core) or `"keras_cv"`: where the layers come from (`LIBRARIES`).
+
+    Raises:
+        MissingLibraryError: for `library="keras_cv"` without keras-cv installed (when a layer is needed).
     """
     if randaugment is None and not mixup and not cutmix:
         return None
+    layers, keyword = layers_of(library), LIBRARIES[library]
     rand_augment = None
     if randaugment is not None:
         num_ops, magnitude = randaugment
-        rand_augment = keras.layers.RandAugment(
-            value_range=(0, 255), num_ops=int(num_ops), factor=min(1.0, magnitude / MAX_MAGNITUDE), seed=seed
+        rand_augment = layers.RandAugment(
+            value_range=(0, 255), seed=seed,
+            **{keyword["num_ops"]: int(num_ops), keyword["magnitude"]: min(1.0, magnitude / MAX_MAGNITUDE)},
         )
     mixers = []
     if mixup:
-        mixers.append(keras.layers.MixUp(alpha=float(mixup), seed=seed + 1))
+        mixers.append(layers.MixUp(alpha=float(mixup), seed=seed + 1))
     if cutmix:
-        mixers.append(keras.layers.CutMix(factor=float(cutmix), seed=seed + 2))
+        mixers.append(layers.CutMix(**{keyword["cutmix"]: float(cutmix)}, seed=seed + 2))
 
     def transform(images, labels, batch_index):
         images = tf.cast(images, tf.float32)
@@ -60,4 +101,5 @@ def make_batch_transform(num_classes, randaugment=None, mixup=0.0, cutmix=0.0, s
             images, labels = data["images"], data["labels"]
         return images, labels
 
+    transform.layers = tuple(layer for layer in (rand_augment, *mixers) if layer is not None)  # what it applies
     return transform

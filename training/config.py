@@ -1,7 +1,8 @@
 """The training app's one frozen configuration object and the paper's recipes as data.
 
-Flags are parsed only in `training/train.py`; they become one `Config` (this file) that is passed down
-explicitly and written to `WORKDIR/config.json`. A recipe is a named set of field values (paper Tables 3
+Each field of `Config` is declared once, here: its type, default and help text (`_field`); `training/train.py`
+derives a flag of the same name from each, parses them (only there), and they become one `Config` that is
+passed down explicitly and written to `WORKDIR/config.json`. A recipe is a named set of field values (paper Tables 3
 and 4, Appendix B.1; AugReg from big_vision); explicit flags override the recipe, which overrides the
 defaults of `Config`.
 
@@ -30,6 +31,7 @@ SCHEDULES = ("cosine", "linear", "constant")
 PRECISIONS = ("none", "bfloat16", "float16")
 STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker", "tpu")
 CROPS = ("inception", "translate", "none")
+AUGMENT_LIBRARIES = ("keras", "keras_cv")  # where RandAugment / Mixup / CutMix come from (training.augment)
 SMALL_IMAGE = 64  # at most this many pixels a side: translation, not crops, and no flips (glyphs, icons)
 
 # Fields that a run may change when it resumes with `--resume_with_changes`: they change the optimisation from
@@ -43,71 +45,108 @@ OPTIMISATION_FIELDS = ("learning_rate", "warmup_steps", "schedule", "steps", "ep
 TINY_MODEL = dict(patch_size=4, hidden_size=64, num_layers=4, num_heads=4, mlp_dim=128)
 
 
+def _field(default, help=None, **flag):
+    """A `Config` field and its command-line flag (`training/train.py` defines one for each field with `help`).
+
+    `flag`: `enum_values` (a choice), `lower_bound`, `kind` (the absl flag type where the field's type does not
+    say it) and `from_flag` (converts the flag's value to the field's).
+    """
+    return dataclasses.field(default=default, metadata=dict(flag, help=help) if help else {})
+
+
+def _parse_randaugment(text):
+    if text.strip().lower() in ("", "none", "off"):
+        return None
+    try:
+        num_ops, magnitude = (int(x) for x in text.split(","))
+    except ValueError as error:
+        raise ValueError(f"--randaugment takes 'num_ops,magnitude', e.g. 2,15. Received: {text!r}") from error
+    return (num_ops, magnitude)
+
+
+_OVERRIDE = "Overrides the variant's {}."
+
+
 @dataclasses.dataclass(frozen=True)
 class Config:
     """Everything one training run depends on; immutable, JSON-serialisable.
 
     Defaults are those of the demo on the embedded digits; `RECIPES` hold the paper's values.
     `None` for a model dimension means "take it from the variant named by `model`".
+    Each field with a help text is also the `--flag` of the same name (its metadata: `_field`); `--recipe`
+    chooses the recipe in `training/train.py`.
     """
 
     recipe: str = "demo"
     recipe_reason: str | None = None  # why the recipe was chosen, when no --recipe was given
     # Model.
-    model: str = "tiny"
-    patch_size: int | None = None
-    hidden_size: int | None = None
-    num_layers: int | None = None
-    num_heads: int | None = None
-    mlp_dim: int | None = None
-    classifier: str | None = None  # None: the checkpoint's with --weights, else "token"
-    representation_size: int | None = None
-    head_bias_init: float = 0.0
-    dropout_rate: float = 0.0
-    drop_path_rate: float = 0.0
-    weights: str | None = None
-    zero_head: bool = False
+    model: str = _field("tiny", "'tiny' or a variant name such as vit_ti16, vit_b16, vit_l16.")
+    patch_size: int | None = _field(None, _OVERRIDE.format("patch_size"), lower_bound=1)
+    hidden_size: int | None = _field(None, _OVERRIDE.format("hidden_size"), lower_bound=1)
+    num_layers: int | None = _field(None, _OVERRIDE.format("num_layers"), lower_bound=1)
+    num_heads: int | None = _field(None, _OVERRIDE.format("num_heads"), lower_bound=1)
+    mlp_dim: int | None = _field(None, _OVERRIDE.format("mlp_dim"), lower_bound=1)
+    classifier: str | None = _field(  # None: the checkpoint's with --weights, else "token"
+        None, "token ([class] token) or gap (mean of the patch tokens).", enum_values=["token", "gap"])
+    representation_size: int | None = _field(None, "Width of the tanh pre-logits layer (imagenet21k pre-training).")
+    head_bias_init: float = _field(0.0, "Initial head bias (-10 in the imagenet21k pre-training).")
+    dropout_rate: float = _field(0.0, "Dropout rate.")
+    drop_path_rate: float = _field(0.0, "Stochastic depth rate.")
+    weights: str | None = _field(
+        None, "Initial weights for fine-tuning: a published name or a file (keras_vit.ViT(weights=)).")
+    zero_head: bool = _field(False, "Zero-initialise the head (on in --recipe=finetune).")
     # Data.
-    dataset: str | None = "digits"
-    data_dir: str | None = None
-    download: bool = False
-    train_split: str | None = None
-    eval_split: str | None = None
-    image_size: int = 16
-    crop: str = "inception"
-    crop_min_area: float = 0.05
-    flip: bool = True
-    randaugment: tuple[int, int] | None = None
-    mixup: float = 0.0
-    cutmix: float = 0.0
-    shuffle_buffer: int = 10_000
+    dataset: str | None = _field(
+        "digits", "digits (embedded), folder:PATH (ImageFolder) or a tensorflow-datasets name.")
+    data_dir: str | None = _field(None, "tensorflow-datasets data directory.")
+    download: bool = _field(False, "Let tensorflow-datasets download and prepare a missing dataset.")
+    train_split: str | None = _field(None, "Training split (default train).")
+    eval_split: str | None = _field(None, "Evaluation split (default test, val or validation).")
+    image_size: int = _field(16, "Training and evaluation resolution.", lower_bound=1)
+    crop: str = _field("inception", "Training crop: inception (random-resized), translate (random shift by up to a "
+                       "tenth of the side, reflected borders) or none.", enum_values=list(CROPS))
+    crop_min_area: float = _field(0.05, "Smallest Inception-crop area fraction (0.05 officially).")
+    flip: bool = _field(True, "Random horizontal flips while training.")
+    randaugment: tuple[int, int] | None = _field(
+        None, "RandAugment 'num_ops,magnitude' (magnitude 0..30), e.g. 2,15; 'none' to disable.", kind="string",
+        from_flag=_parse_randaugment)
+    mixup: float = _field(0.0, "Mixup alpha (0 disables).")
+    cutmix: float = _field(0.0, "CutMix alpha (0 disables).")
+    augment_library: str = _field(
+        "keras", "Library of the RandAugment, Mixup and CutMix layers: keras (Keras core) or keras_cv (pip install "
+        '"keras-vit[keras-cv]").', enum_values=list(AUGMENT_LIBRARIES))
+    shuffle_buffer: int = _field(10_000, "Shuffle buffer in examples.")
     # Optimisation.
-    steps: int | None = None
-    epochs: float | None = None
-    global_batch_size: int = 128
-    optimizer: str = "adam"
-    learning_rate: float = 1e-3
-    beta_1: float = 0.9
-    beta_2: float = 0.999
-    momentum: float = 0.9
-    schedule: str = "cosine"
-    warmup_steps: int = 0
-    weight_decay: float = 0.0
-    grad_clip_norm: float | None = 1.0
-    label_smoothing: float = 0.0
+    steps: int | None = _field(None, "Training steps (replaces --epochs).")
+    epochs: float | None = _field(None, "Training epochs (replaces --steps).")
+    global_batch_size: int = _field(128, "Batch size summed over all replicas.")
+    optimizer: str = _field("adam", "adam, adamw (decoupled weight decay) or sgd (momentum).",
+                            enum_values=list(OPTIMIZERS))
+    learning_rate: float = _field(1e-3, "Peak learning rate.")
+    beta_1: float = _field(0.9, "Adam beta_1.")
+    beta_2: float = _field(0.999, "Adam beta_2.")
+    momentum: float = _field(0.9, "SGD momentum.")
+    schedule: str = _field("cosine", "Decay after warm-up.", enum_values=list(SCHEDULES))
+    warmup_steps: int = _field(0, "Linear warm-up steps.")
+    weight_decay: float = _field(0.0, "Decoupled weight decay on kernels (0 disables).")
+    grad_clip_norm: float | None = _field(1.0, "Clip the global gradient norm (0 disables).",
+                                          from_flag=lambda value: value or None)
+    label_smoothing: float = _field(0.0, "Label smoothing.")
     # Runtime.
-    mixed_precision: str = "none"
-    jit_compile: bool = False
-    strategy: str = "auto"
-    tpu: str | None = None
-    workdir: str = "workdir"
-    seed: int = 0
-    checkpoint_every: int = 500
-    keep_checkpoints: int = 2
-    log_every: int | None = None  # None: about 20 lines a run (training.progress.log_cadence)
-    eval_every: int | None = None
-    export: bool = True
-    show_predictions: int = 8
+    mixed_precision: str = _field("none", "none, bfloat16 or float16 (with loss scaling).",
+                                  enum_values=list(PRECISIONS))
+    jit_compile: bool = _field(False, "XLA-compile the training step.")
+    strategy: str = _field("auto", "tf.distribute strategy.", enum_values=list(STRATEGIES))
+    tpu: str | None = _field(None, "TPU name or address for TPUClusterResolver ('local' on a TPU VM).")
+    workdir: str = _field("workdir", "Where config, checkpoints, summaries, metrics and the export go.")
+    seed: int = _field(0, "Seed of initialisation, data order and augmentation.")
+    checkpoint_every: int = _field(500, "Checkpoint every N steps (and at the end).")
+    keep_checkpoints: int = _field(2, "Checkpoints kept.")
+    log_every: int | None = _field(  # None: about 20 lines a run (training.progress.log_cadence)
+        None, "Progress and summaries every N steps (default: about 20 lines a run).")
+    eval_every: int | None = _field(None, "Evaluate every N steps (default: only at the end).")
+    export: bool = _field(True, "Save model.keras and export a SavedModel at the end.")
+    show_predictions: int = _field(8, "Test images classified with the exported model at the end.")
 
     def __post_init__(self):
         _validate(self)
@@ -145,7 +184,22 @@ class Config:
 
 
 # Paper Table 3 (pre-training), Appendix B.1.1 (fine-tuning), big_vision AugReg configs, and the small-data
-# recipe for training from scratch on a user's dataset.
+# recipe for training from scratch on a user's dataset. The values the recipes share are given once: every
+# recipe clips the gradient norm at 1 and (but for the demo) needs a --dataset; the two small recipes train the
+# tiny model without flips, XLA-compiled, checkpointing every 500 steps; the three paper recipes train ViT-B/16
+# with the Inception crop from 5% of the area and flips, checkpointing every 1000 steps, and the two
+# ImageNet-scale ones (pre-training, AugReg) run at 224 in batches of 4096 with lr 1e-3 after 10k warm-up steps.
+_EVERY_RECIPE = dict(dataset=None, grad_clip_norm=1.0)
+_SMALL = dict(
+    _EVERY_RECIPE,
+    model="tiny",
+    flip=False,
+    checkpoint_every=500,
+    jit_compile=True,  # XLA: faster per step than the plain graph for small models (benchmarks/TRAINING.md)
+)
+_PAPER = dict(_EVERY_RECIPE, model="vit_b16", crop="inception", crop_min_area=0.05, flip=True, checkpoint_every=1000)
+_IMAGENET_SCALE = dict(_PAPER, image_size=224, global_batch_size=4096, learning_rate=1e-3, warmup_steps=10_000)
+
 RECIPES: dict[str, dict] = {
     # Training from scratch on a small dataset (thousands of images), the common case of a user's folder. The
     # AugReg finding (Steiner et al. 2021) at small scale: augmentation and regularisation stand in for data.
@@ -155,8 +209,7 @@ RECIPES: dict[str, dict] = {
     # `model.fit` does by default. Measured against a plain Keras ViT in benchmarks/train_quality.py
     # (benchmarks/TRAINING.md).
     "scratch": dict(
-        dataset=None,
-        model="tiny",
+        _SMALL,
         image_size=32,
         epochs=30,
         global_batch_size=128,
@@ -165,17 +218,13 @@ RECIPES: dict[str, dict] = {
         warmup_steps=200,
         schedule="cosine",
         weight_decay=0.05,
-        grad_clip_norm=1.0,
         label_smoothing=0.1,
         crop="translate",
-        flip=False,
-        checkpoint_every=500,
-        jit_compile=True,  # XLA: faster per step than the plain graph for small models (benchmarks/TRAINING.md)
     ),
     # The embedded offline demo: a small ViT (142k parameters) on scikit-learn's 8x8 digits.
     "demo": dict(
+        _SMALL,
         dataset="digits",
-        model="tiny",
         image_size=16,  # 8x8 digits upsampled; 4x4 patches: 16 tokens of 2x2 original pixels
         crop="inception",
         crop_min_area=0.7,
@@ -187,37 +236,23 @@ RECIPES: dict[str, dict] = {
         warmup_steps=100,
         schedule="cosine",
         weight_decay=0.0,
-        grad_clip_norm=1.0,
-        checkpoint_every=500,
-        jit_compile=True,  # XLA: faster per step than the plain graph for small models (benchmarks/TRAINING.md)
     ),
     # ImageNet-21k pre-training: Adam(0.9, 0.999), batch 4096, 10k warm-up, linear decay, wd 0.03,
     # clip 1, dropout 0.1, a tanh pre-logits layer of width D, head bias -10, 90 epochs at 224.
     "pretrain_i21k": dict(
-        dataset=None,
-        model="vit_b16",
-        image_size=224,
+        _IMAGENET_SCALE,
         epochs=90,
-        global_batch_size=4096,
         optimizer="adam",
-        learning_rate=1e-3,
-        warmup_steps=10_000,
         schedule="linear",
         weight_decay=0.03,
-        grad_clip_norm=1.0,
         dropout_rate=0.1,
         representation_size=-1,  # -1: the model's hidden size
         head_bias_init=-10.0,
-        crop="inception",
-        crop_min_area=0.05,
-        flip=True,
-        checkpoint_every=1000,
     ),
     # Fine-tuning: SGD momentum 0.9, batch 512, cosine, 500 warm-up, no weight decay, clip 1, resolution
     # 384 (position embeddings resampled by the loader), zero-initialised head; 10k steps (CIFAR).
     "finetune": dict(
-        dataset=None,
-        model="vit_b16",
+        _PAPER,
         image_size=384,
         steps=10_000,
         global_batch_size=512,
@@ -227,33 +262,18 @@ RECIPES: dict[str, dict] = {
         warmup_steps=500,
         schedule="cosine",
         weight_decay=0.0,
-        grad_clip_norm=1.0,
         zero_head=True,
-        crop="inception",
-        crop_min_area=0.05,
-        flip=True,
-        checkpoint_every=1000,
     ),
     # AugReg (Steiner et al. 2021, big_vision): Adam with decoupled weight decay 0.1, lr 1e-3, batch 4096,
     # 10k warm-up, cosine, 300 epochs, RandAugment(2, 15) + Mixup 0.2 ("medium1"), inception crop + flip.
     "augreg": dict(
-        dataset=None,
-        model="vit_b16",
-        image_size=224,
+        _IMAGENET_SCALE,
         epochs=300,
-        global_batch_size=4096,
         optimizer="adamw",
-        learning_rate=1e-3,
-        warmup_steps=10_000,
         schedule="cosine",
         weight_decay=0.1,
-        grad_clip_norm=1.0,
         randaugment=(2, 15),
         mixup=0.2,
-        crop="inception",
-        crop_min_area=0.05,
-        flip=True,
-        checkpoint_every=1000,
     ),
 }
 
@@ -343,6 +363,7 @@ def _validate(cfg: Config) -> None:
     choice("mixed_precision", PRECISIONS)
     choice("strategy", STRATEGIES)
     choice("crop", CROPS)
+    choice("augment_library", AUGMENT_LIBRARIES)
     choice("classifier", (None, "token", "gap"))
     if cfg.dataset is None:
         raise ValueError(
