@@ -63,9 +63,10 @@ def _mode(jit):
 
 # keras_vit's own choices (benchmarks/README.md has the measurements behind them): inference runs as a
 # plain `tf.function` (oneDNN graph: fused MatMul+bias+GELU, AMX bf16 matmuls) in both dtypes; XLA's CPU
-# dot upcasts bf16 to float32 and gained nothing in float32. Training compiles with XLA (5% less CPU).
+# dot upcasts bf16 to float32 and gained nothing in float32. float32 training compiles with XLA (5% less
+# CPU); mixed_bfloat16 training runs as a graph (XLA's CPU dot is slow in bf16, as for inference).
 KERAS_VIT_JIT = {"float32": False, "bfloat16": False}
-KERAS_VIT_TRAIN_JIT = True
+KERAS_VIT_TRAIN_JIT = {"float32": True, "bfloat16": False}
 
 
 def build_cases(quick=False, peers=(), serving=True, alt_modes=False):
@@ -74,7 +75,7 @@ def build_cases(quick=False, peers=(), serving=True, alt_modes=False):
     Args:
         quick: tiny sizes (the `tiny` arch, batches 1 and 4, a 256 matmul) for validation.
         peers: the peer runners available (`"timm"`, `"keras_hub"`, `"torch_matmul"`: PyTorch is there).
-        serving: include the SavedModel serving case.
+        serving: include the SavedModel serving cases (float32 and bfloat16 exports).
         alt_modes: also run keras_vit inference and training in the mode it does not choose (graph vs
             XLA), and the matmul with XLA, to check the choices above.
     """
@@ -88,27 +89,27 @@ def build_cases(quick=False, peers=(), serving=True, alt_modes=False):
             cases.append(Case("matmul", "matmul", dtype, "", (1,), jit=jit, label=_mode(jit)))
     for dtype in ("float32", "bfloat16"):
         cases.append(Case("matmul", "floor", dtype, infer_arch, infer_batches, label="graph"))
-    for dtype in ("float32", "bfloat16"):
-        jit = KERAS_VIT_JIT[dtype]
-        cases.append(Case("keras_vit", "infer", dtype, infer_arch, infer_batches, jit=jit, label=_mode(jit)))
+    def chosen_and_alt(task, dtype, arch, batches, jit):  # keras_vit's mode, and with --alt-modes the other
+        cases.append(Case("keras_vit", task, dtype, arch, batches, jit=jit, label=_mode(jit)))
         if alt_modes:
-            cases.append(Case("keras_vit", "infer", dtype, infer_arch, infer_batches, jit=not jit,
-                              label=_mode(not jit) + "-alt"))
+            cases.append(Case("keras_vit", task, dtype, arch, batches, jit=not jit, label=_mode(not jit) + "-alt"))
+
+    for dtype in ("float32", "bfloat16"):
+        chosen_and_alt("infer", dtype, infer_arch, infer_batches, KERAS_VIT_JIT[dtype])
     # Inference-only option: weights stored in bf16 (policy "bfloat16"), no per-call weight casts.
     cases.append(Case("keras_vit", "infer", "bfloat16", infer_arch, infer_batches, jit=KERAS_VIT_JIT["bfloat16"],
                       label=_mode(KERAS_VIT_JIT["bfloat16"]) + "-bf16weights", policy="bfloat16"))
-    jit = KERAS_VIT_TRAIN_JIT
-    cases.append(Case("keras_vit", "train", "float32", train_arch, train_batches, jit=jit, label=_mode(jit)))
-    if alt_modes:
-        cases.append(Case("keras_vit", "train", "float32", train_arch, train_batches, jit=not jit,
-                          label=_mode(not jit) + "-alt"))
-    if serving:
-        jit = KERAS_VIT_JIT["float32"]
-        cases.append(Case("keras_vit", "serve", "float32", infer_arch, (big,), jit=jit, label="SavedModel"))
+    for dtype in ("float32", "bfloat16"):
+        chosen_and_alt("train", dtype, train_arch, train_batches, KERAS_VIT_TRAIN_JIT[dtype])
+    if serving:  # `export_saved_model(precision=dtype)`; times serving_default (bytes in) and predict_images
+        for dtype in ("float32", "bfloat16"):
+            jit = KERAS_VIT_JIT[dtype]
+            cases.append(Case("keras_vit", "serve", dtype, infer_arch, infer_batches, jit=jit, label="SavedModel"))
     if "timm" in peers:
         for dtype in ("float32", "bfloat16"):
             cases.append(Case("timm", "infer", dtype, infer_arch, infer_batches, label="eager"))
-        cases.append(Case("timm", "train", "float32", train_arch, train_batches, label="eager"))
+        for dtype in ("float32", "bfloat16"):
+            cases.append(Case("timm", "train", dtype, train_arch, train_batches, label="eager"))
     if "torch_matmul" in peers:  # timm's floor: PyTorch's matmul kernels
         for dtype in ("float32", "bfloat16"):
             cases.append(Case("torch_matmul", "floor", dtype, infer_arch, infer_batches, label="eager"))

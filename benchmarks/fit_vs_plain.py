@@ -30,6 +30,8 @@ def load_folder(root, size=28):
     import numpy as np
     from PIL import Image
 
+    from keras_vit.preprocessing import to_model_range
+
     classes = sorted(os.listdir(os.path.join(root, "train")))
     splits = {}
     for split in ("train", "test"):
@@ -39,7 +41,7 @@ def load_folder(root, size=28):
                 image = Image.open(os.path.join(root, split, name, file)).convert("RGB").resize((size, size))
                 images.append(np.asarray(image, "float32"))
                 labels.append(label)
-        splits[split] = (np.stack(images) / 127.5 - 1.0, np.array(labels))
+        splits[split] = (to_model_range(np.stack(images)), np.array(labels))
     return splits["train"], splits["test"], len(classes)
 
 
@@ -47,21 +49,23 @@ def plain_like_init(vit, seed):
     """The initialisers of the plain script's layers on keras_vit's weights (same shapes, other scales)."""
     import keras
 
+    from keras_vit import model_parts
+
     def uniform(variable, fan_in, fan_out, offset):
         limit = math.sqrt(6.0 / (fan_in + fan_out))
         variable.assign(keras.random.uniform(variable.shape, -limit, limit, seed=seed * 1000 + offset))
 
-    projection = vit.get_layer("patch_encoder").projection.kernel  # (P*P*C, D); Conv2D fans: P*P*C, P*P*D
+    projection = model_parts.patch_encoder(vit).projection.kernel  # (P*P*C, D); Conv2D fans: P*P*C, P*P*D
     patch_area = projection.shape[0] // 3
     uniform(projection, projection.shape[0], patch_area * projection.shape[1], 1)
-    for i, layer in enumerate(layer for layer in vit.layers if layer.name.startswith("encoder_block_")):
+    for i, layer in enumerate(model_parts.encoder_blocks(vit)):
         attention = layer.attention
         for j, dense in enumerate((attention.query, attention.key, attention.value)):
             width, heads, head_dim = dense.kernel.shape  # EinsumDense fans: heads*width, head_dim*width
             uniform(dense.kernel, heads * width, head_dim * width, 10 + 10 * i + j)
         heads, head_dim, width = attention.out.kernel.shape
         uniform(attention.out.kernel, head_dim * heads, width * heads, 15 + 10 * i)
-    head = vit.get_layer("head").kernel
+    head = model_parts.head(vit).kernel
     uniform(head, head.shape[0], head.shape[1], 2)
 
 

@@ -38,6 +38,27 @@ def peak_rss_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
+def current_rss_mb():
+    """Resident memory of this process now, in MiB (/proc/self/statm; the peak where that is missing)."""
+    try:
+        with open("/proc/self/statm") as f:
+            pages = int(f.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return peak_rss_mb()
+    return pages * resource.getpagesize() / 2**20
+
+
+def memory_stages():
+    """A recorder of (stage, current MiB, peak MiB so far): where a process's resident memory comes from."""
+    stages = {}
+
+    def record(stage):
+        stages[stage] = {"rss_mb": round(current_rss_mb(), 1), "peak_mb": round(peak_rss_mb(), 1)}
+        return stages
+
+    return record
+
+
 def batch_result(seconds, batch):
     """The per-batch record a child reports: raw times, their median, and peak memory so far."""
     ordered = sorted(seconds)

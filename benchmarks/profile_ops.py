@@ -8,6 +8,7 @@ default), so the shares add up to the call's wall time; each op still uses every
 Usage:
     python benchmarks/profile_ops.py                          # ViT-B/16, float32, batch 16
     python benchmarks/profile_ops.py --dtype bfloat16 --batch 1 --top 30
+    python benchmarks/profile_ops.py --dtype bfloat16 --bf16-weights   # the "bfloat16" policy (bf16 variables)
 """
 
 import argparse
@@ -60,6 +61,9 @@ def main(argv=None):
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--top", type=int, default=15)
+    parser.add_argument("--bf16-weights", action="store_true",
+                        help="with --dtype bfloat16: build under the 'bfloat16' policy (weights stored in bf16, as "
+                             "the bfloat16 SavedModel export) instead of 'mixed_bfloat16'")
     parser.add_argument("--parallel", action="store_true", help="keep TensorFlow's default inter-op threads")
     args = parser.parse_args(argv)
 
@@ -70,7 +74,10 @@ def main(argv=None):
 
     if not args.parallel:
         tf.config.threading.set_inter_op_parallelism_threads(1)
-    keras.config.set_dtype_policy("mixed_bfloat16" if args.dtype == "bfloat16" else "float32")
+    if args.bf16_weights and args.dtype != "bfloat16":
+        parser.error("--bf16-weights needs --dtype bfloat16")
+    policy = ("bfloat16" if args.bf16_weights else "mixed_bfloat16") if args.dtype == "bfloat16" else "float32"
+    keras.config.set_dtype_policy(policy)
     arch = cases.ARCHS[args.arch]
     model = keras_vit.ViT(classifier_activation=None, **arch)
     forward = tf.function(lambda x: model(x, training=False))
@@ -79,7 +86,8 @@ def main(argv=None):
     forward(x).numpy()
     start = time.perf_counter()
     forward(x).numpy()
-    print(f"{args.arch} {args.dtype} batch {args.batch}: {1000 * (time.perf_counter() - start):.0f} ms per call "
+    print(f"{args.arch} {args.dtype} (policy {policy}) batch {args.batch}: "
+          f"{1000 * (time.perf_counter() - start):.0f} ms per call "
           f"(untraced)")
     with tempfile.TemporaryDirectory() as trace_dir:
         tf.profiler.experimental.start(trace_dir)

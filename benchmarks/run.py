@@ -50,6 +50,8 @@ def parse_args(argv=None):
     parser.add_argument("--json", default=None, help="write the full results here")
     parser.add_argument("--markdown", default=None,
                         help="write the table with date, machine and command here (benchmarks/RESULTS.md)")
+    parser.add_argument("--note", action="append", default=[],
+                        help="a line for RESULTS.md about this run (e.g. what else loaded the machine); repeatable")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds allowed to one child process")
     args = parser.parse_args(argv)
     if args.repeats is None:
@@ -169,22 +171,21 @@ def main(argv=None):
     info = machine()
     jiffies_at_start = cpu_jiffies()
     try:
-        saved_model = None
-        serve_cases = [c for c in selected if c.task == "serve"]
-        if serve_cases:
-            saved_model = os.path.join(workdir, "saved_model")
-            export = run_child(dict(spec_for(serve_cases[0], args.quick, saved_model), task="export",
-                                    name="keras_vit/export"), args.keras_vit_python, args.timeout)
+        saved_models = {}  # serve case name -> the SavedModel it times, exported once before the repeats
+        for case in [c for c in selected if c.task == "serve"]:
+            target = os.path.join(workdir, f"saved_model_{case.dtype}")
+            export = run_child(dict(spec_for(case, args.quick, target), task="export",
+                                    name=f"keras_vit/export/{case.dtype}"), args.keras_vit_python, args.timeout)
             if export is None:
-                selected = [c for c in selected if c.task != "serve"]
+                selected = [c for c in selected if c is not case]
             else:
-                saved_model = export["extra"]["path"]
+                saved_models[case.name] = export["extra"]["path"]
                 print(f"[export] {export['extra']['export']} ({export['wall_s']:.0f} s)", file=sys.stderr)
         results = {c.name: [] for c in selected}
         for repeat in range(args.repeats):
             for case in selected:
                 python = args.peers_python if case.is_peer else args.keras_vit_python
-                result = run_child(spec_for(case, args.quick, saved_model), python, args.timeout)
+                result = run_child(spec_for(case, args.quick, saved_models.get(case.name)), python, args.timeout)
                 if result is not None:
                     results[case.name].append(result)
                     print(f"[repeat {repeat + 1}/{args.repeats}] {case.name}: {result['wall_s']:.0f} s",
@@ -209,7 +210,7 @@ def main(argv=None):
         "quick": args.quick, "repeats": args.repeats, "peers": list(peers),
         "pythons": {"keras_vit": args.keras_vit_python, "peers": args.peers_python},
         "rows": rows, "ceilings_gflops": ceilings, "ratios": ratios, "goals": goal_rows,
-        "floor_shares": shares, "bounds": bound_rows,
+        "floor_shares": shares, "bounds": bound_rows, "notes": args.note,
     }
     if args.json:
         with open(args.json, "w") as f:

@@ -28,8 +28,11 @@ def _build(arch):
 def run(spec):
     import torch
 
+    memory = measure.memory_stages()
+    memory("imported")
     arch = spec["arch"]
     model = _build(arch)
+    memory("built")
     bf16 = spec["dtype"] == "bfloat16"
 
     def autocast():
@@ -65,6 +68,17 @@ def run(spec):
                 optimizer.step()
                 return loss.item()
 
+        step()
+        memory(f"first_step_{batch}")
         seconds = measure.time_calls(step, spec["warmup"], spec["iters"][str(batch)])
+        memory(f"timed_{batch}")
         batches.append(measure.batch_result(seconds, batch))
-    return {"batches": batches, "extra": {"torch_threads": torch.get_num_threads()}}
+    extra = {"torch_threads": torch.get_num_threads()}
+    if spec["task"] == "train":
+        def mb(tensors):
+            return round(sum(t.numel() * t.element_size() for t in tensors) / 2**20, 1)
+
+        extra.update(memory_mb=memory("end"), weights_mb=mb(model.parameters()),
+                     optimizer_mb=mb(t for state in optimizer.state.values() for t in state.values()
+                                     if torch.is_tensor(t)))
+    return {"batches": batches, "extra": extra}

@@ -48,9 +48,9 @@ def _image(model, path):
 
         with Image.open(path) as image:
             pixels = np.asarray(image.convert("RGB").resize((width, height), Image.BILINEAR), dtype=np.float64)
-    if not any(layer.name == "preprocessing" for layer in model.layers):
-        pixels = pixels / 127.5 - 1.0
-    return pixels[None].astype("float32")
+    from keras_vit import preprocessing
+
+    return preprocessing.model_inputs(model, pixels)[None].astype("float32")
 
 
 def _labels(classes):

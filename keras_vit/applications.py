@@ -124,11 +124,11 @@ def build_model(model: str, weights=None, **kwargs):
         raise ValueError(
             f"Unknown model. Received: {model!r}. Known: {', '.join(sorted(CONSTRUCTORS))}, or a `.keras` file."
         )
-    from keras_vit import loading
+    from keras_vit import loading, weights_files
 
     if not os.path.exists(model):
         raise ValueError(f"The model file does not exist. Received: {model!r}")
-    loading.check_keras_archive(model)
+    weights_files.check_keras_archive(model)
     try:
         loaded = keras.saving.load_model(model, safe_mode=True)
     except TypeError as error:

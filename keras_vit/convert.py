@@ -18,19 +18,17 @@ import os
 
 from absl import flags
 
-from keras_vit import cli
-from keras_vit.rebuild import ARGUMENT_ORDER, architecture_of
+from keras_vit import cli, model_parts, weights_files
 from keras_vit.weights import sha256
 
 
 def source_file(source, variant: str | None = None) -> str | None:
     """The file whose sha256 identifies `source`: the file itself, the cached download of a published name, or
     the `model.safetensors` of a Hugging Face folder; None when there is no single such file."""
-    from keras_vit import loading
     from keras_vit.variants import get_variant
 
-    if not loading.is_path(source):
-        path, _ = loading.resolve_path(source, get_variant(variant).name if variant else None)
+    if not weights_files.is_path(source):
+        path, _ = weights_files.resolve_path(source, get_variant(variant).name if variant else None)
         return path
     path = os.fspath(source)
     if os.path.isdir(path):
@@ -106,8 +104,9 @@ def summary(model, source, destination: str, digest: str, source_path: str | Non
         digest: sha256 of the written file.
         source_path: the file `source` was read from (`source_file`), whose sha256 is printed; None: not printed.
     """
-    args = architecture_of(model)
-    rebuild = ", ".join(f"{k}={args[k]!r}" for k in ARGUMENT_ORDER if k in args and (k != "hybrid" or args[k]))
+    args = model_parts.architecture(model)
+    rebuild = ", ".join(f"{k}={args[k]!r}" for k in model_parts.ARGUMENT_ORDER
+                        if k in args and (k != "hybrid" or args[k]))
     source_line = []
     if source_path is not None:
         where = "" if os.fspath(source_path) == os.fspath(source) else f" ({source_path})"

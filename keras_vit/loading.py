@@ -14,6 +14,12 @@ at WARNING, so that Python prints them to stderr even when logging is not config
 `logging.getLogger("keras_vit").setLevel(logging.ERROR)`); what the user asked for (`include_top=False`) and
 the count of loaded arrays at INFO. A raw ImageNet-21k zero head used for inference raises a `UserWarning`.
 
+This module plans, assigns and reports. The steps before it each have their own place: what a `weights` argument
+names and where its file is (`keras_vit.weights_files`), the reader of each format
+(`keras_vit.checkpoints.readers`, formats told by `keras_vit.checkpoints.detect`), and the `ViT` arguments a
+checkpoint implies (`keras_vit.checkpoints.architecture`). The names of the model's layers are those of
+`keras_vit.model_parts`.
+
 Example:
     >>> import keras_vit
     >>> model = keras_vit.ViT(weights="ViT-B_16.npz", input_shape=(384, 384, 3))  # doctest: +SKIP
@@ -27,15 +33,19 @@ import zipfile
 
 import numpy as np
 
-from keras_vit import pos_embed, validation
-from keras_vit import weights as weights_table
-from keras_vit.checkpoints import architecture, keras_names, npz
+from keras_vit import model_parts, pos_embed, variants
+from keras_vit.checkpoints import architecture, keras_names
 from keras_vit.checkpoints.canonical import Checkpoint, LazyArray
+from keras_vit.checkpoints.readers import read_checkpoint  # noqa: F401  (public here; tests patch it here)
+from keras_vit.weights_files import (  # noqa: F401  (public here too)
+    check_keras_archive,
+    is_keras_weights,
+    is_path,
+    resolve_path,
+)
 
 log = logging.getLogger("keras_vit")
 
-_FILE_SUFFIXES = (".npz", ".h5", ".keras", ".safetensors", ".json", ".bin", ".pth", ".pt", ".ckpt")
-_KERAS_SUFFIXES = (".h5", ".keras")
 _HEAD_KEYS = ("head/kernel", "head/bias")
 _PRE_LOGITS_KEYS = ("pre_logits/kernel", "pre_logits/bias")
 _LISTED = 12  # keys shown per category in an error message
@@ -59,269 +69,26 @@ class LoadReport:
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Where the weights come from
+# Opening a checkpoint
 
 
-def is_path(weights) -> bool:
-    """Whether `weights` names a file or folder (rather than a published name).
-
-    Raises:
-        ValueError: when `weights` is neither a string nor a path.
-    """
-    if isinstance(weights, os.PathLike):
-        return True
-    if not isinstance(weights, str):
-        raise ValueError(
-            "`weights` must be None, a published name or the path to a weights file or folder. "
-            f"Received: weights={weights!r}"
-        )
-    if weights_table.is_name(weights):
-        return False
-    return "/" in weights or os.sep in weights or weights.lower().endswith(_FILE_SUFFIXES) or os.path.exists(weights)
-
-
-def is_keras_weights(weights) -> bool:
-    """Whether `weights` is a Keras `.weights.h5` or `.keras` path (loaded with `model.load_weights`)."""
-    return weights is not None and is_path(weights) and os.fspath(weights).lower().endswith(_KERAS_SUFFIXES)
-
-
-def check_keras_archive(path: str) -> None:
-    """A `.keras` file must be a complete zip archive holding `model.weights.h5`.
-
-    Raises:
-        ValueError: naming the file and its size, for a truncated or otherwise corrupt archive.
-    """
-    try:
-        with zipfile.ZipFile(path) as archive:
-            names = archive.namelist()
-        problem = None if "model.weights.h5" in names else "its zip archive holds no model.weights.h5"
-    except (zipfile.BadZipFile, OSError):
-        problem = "it is not a valid zip/.keras archive (truncated or damaged)"
-    if problem:
-        raise ValueError(
-            f"The .keras file {path!r} ({os.path.getsize(path):,} bytes) is corrupt: {problem}. Save the model "
-            f"again with `model.save(...)` (or copy the file again). Received: path={path!r}"
-        )
-
-
-def resolve_path(weights, variant: str | None) -> tuple[str, weights_table.WeightsEntry | None]:
-    """The local path for `weights` (downloading a published name into the Keras cache) and its table entry.
-
-    Raises:
-        ValueError: an unknown name (listing the known ones) or a path that does not exist.
-        keras_vit.WeightsDownloadError: a published file that cannot be downloaded (an `OSError`).
-    """
-    if is_path(weights):
-        path = os.fspath(weights)
-        if not os.path.exists(path):
-            raise ValueError(f"The weights file does not exist. Received: weights={weights!r}")
-        return path, None
-    if not weights_table.is_name(weights):
-        raise ValueError(
-            f"Unknown weights name. Received: weights={weights!r}. Known names: "
-            f"{', '.join(repr(n) for n in weights_table.all_names())} (not every variant has every one), "
-            f"{weights_table.IMAGENET_ALIAS!r} (each variant's best ImageNet-1k fine-tune), "
-            "None, or the path to a .npz, .safetensors, Hugging Face folder or .weights.h5 file."
-        )
-    entry = weights_table.get_entry(variant, weights)
-    return weights_table.fetch(entry), entry
-
-
-def _detect(path: str) -> str:
-    if os.path.isfile(path) and path.lower().endswith(".keras"):
-        return "keras"
-    if os.path.isfile(path):
-        with open(path, "rb") as handle:
-            if handle.read(4) == b"PK\x03\x04":
-                return "official_npz"
-    from keras_vit.checkpoints.detect import detect_format
-
-    return detect_format(path)
-
-
-def read_checkpoint(path, num_heads: int | None = None) -> Checkpoint:
-    """Reads any supported checkpoint file or folder into the canonical (official) layout.
+def open_checkpoint(weights, variant=None, num_heads: int | None = None) -> tuple[Checkpoint, object]:
+    """The canonical checkpoint that `weights` (a published name or a checkpoint path) names, and its table entry.
 
     Args:
-        path: an official `.npz`, a timm `.safetensors`, a Hugging Face folder or `model.safetensors`.
-        num_heads: heads per block, for timm files (which do not store it); inferred from the width if None.
-
-    Raises:
-        ValueError: an unknown, pickle-based, truncated or corrupt file, or a Keras `.weights.h5`.
-    """
-    path = os.fspath(path)
-    kind = _detect(path)
-    if kind == "official_npz":
-        return npz.read(path)
-    if kind == "timm":
-        from keras_vit.checkpoints import timm
-
-        return timm.read(path, num_heads=num_heads)
-    if kind == "huggingface":
-        from keras_vit.checkpoints import huggingface
-
-        return huggingface.read(path)
-    if kind == "keras":
-        check_keras_archive(path)
-    raise ValueError(
-        "A Keras .weights.h5 or .keras file holds no checkpoint to read; build the model and pass the file as "
-        f"`weights=` (or use `model.load_weights`). Received: path={path!r}"
-    )
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Building a model from a checkpoint
-
-
-def _variant_key(args: dict) -> str | None:
-    """The variant table key (`"B16"`, `"R50_B16"`) of the requested architecture, or None."""
-    from keras_vit.variants import VARIANTS
-
-    wanted = dict(patch_size=args.get("patch_size") or 16, hidden_size=args.get("hidden_size") or 768,
-                  num_layers=args.get("num_layers") or 12, num_heads=args.get("num_heads") or 12,
-                  mlp_dim=args.get("mlp_dim") or 3072)
-    if args.get("hybrid") is not None:
-        wanted["hybrid"] = args["hybrid"]
-    for key, variant in VARIANTS.items():
-        if variant.architecture() == wanted:
-            return key
-    return None
-
-
-def _same_stem(requested, found: dict) -> bool:
-    from keras_vit.layers.resnet import RESNET_STEMS
-
-    stem = RESNET_STEMS.get(requested) if isinstance(requested, str) else requested
-    if not isinstance(stem, dict):
-        return False
-    return all(tuple(np.atleast_1d(stem[k])) == tuple(np.atleast_1d(found[k])) for k in found if k in stem)
-
-
-def _resolve_architecture(args: dict, arch: architecture.CheckpointArchitecture, label) -> None:
-    """Fills unset architecture arguments from the checkpoint; raises on a conflict with set ones."""
-    conflicts = []
-    for key, value in arch.model_arguments().items():
-        given = args.get(key)
-        if given is None:
-            args[key] = value
-        elif key == "hybrid":
-            if not _same_stem(given, arch.hybrid):
-                conflicts.append(f"hybrid={given!r} (checkpoint stem: {arch.hybrid})")
-            args[key] = given  # keep the caller's spelling (it may carry GroupNorm groups)
-        elif given != value:
-            conflicts.append(f"{key}={given!r} (checkpoint: {value!r})")
-    if args.get("hybrid") is not None and arch.hybrid is None:
-        conflicts.append(f"hybrid={args['hybrid']!r} (checkpoint: a plain ViT without a ResNet stem)")
-    classifier = args.get("classifier")
-    if classifier is not None and classifier != arch.classifier:
-        conflicts.append(f"classifier={classifier!r} (checkpoint: {arch.classifier!r})")
-    args["classifier"] = arch.classifier
-    if conflicts:
-        raise ValueError(
-            f"The checkpoint does not match the requested architecture: {'; '.join(conflicts)}. "
-            f"The checkpoint looks like {arch.describe()}. Use the matching constructor or leave these arguments "
-            f"unset to take them from the checkpoint. Received: weights={label!r}"
-        )
-
-
-def _resolve_head(args: dict, arch: architecture.CheckpointArchitecture, label) -> None:
-    if not args.get("include_top", True):
-        args["representation_size"] = None
-        return
-    given = args.get("representation_size")
-    if given is not None and arch.representation_size is not None and given != arch.representation_size:
-        raise ValueError(
-            f"`representation_size={given}` does not match the checkpoint's pre_logits width "
-            f"{arch.representation_size}. Received: weights={label!r}"
-        )
-    if args.get("classes") is None:
-        args["classes"] = arch.classes or 1000
-    if given is None:
-        # A new head means fine-tuning, which drops pre_logits as the official code does (vit_jax
-        # `load_pretrained`, "drop-head variant"); representation_size=N keeps it.
-        new_head = arch.classes is not None and args["classes"] != arch.classes
-        args["representation_size"] = None if new_head else arch.representation_size
-
-
-def _resolve_numerics(args: dict, checkpoint: Checkpoint) -> None:
-    """GELU form and LayerNorm epsilon follow the source unless the caller set them."""
-    for key, value in (("gelu_approximate", checkpoint.gelu_approximate),
-                       ("layer_norm_epsilon", checkpoint.layer_norm_epsilon)):
-        if args.get(key) is None:
-            args[key] = value
-        elif args[key] != value:
-            log.warning("Using %s=%r although the %s checkpoint was trained with %r: outputs will differ from "
-                        "the source model.", key, args[key], checkpoint.source, value)
-
-
-def _resolve_input(args: dict, arch: architecture.CheckpointArchitecture, entry, label) -> None:
-    shape = args.get("input_shape")
-    tensor = args.get("input_tensor")
-    if shape is None and tensor is not None:
-        shape = tuple(tensor.shape[1:])
-    if shape is None:
-        size = args.get("image_size")
-        if size is None:
-            size = arch.image_size or (entry.image_size if entry else 224)
-        height, width = (size, size) if isinstance(size, int) else tuple(size)
-        args["input_shape"] = (height, width, arch.channels)
-        return
-    if len(shape) == 3 and shape[-1] is not None and shape[-1] != arch.channels:
-        raise ValueError(
-            f"The checkpoint expects images with {arch.channels} channels (its patch embedding kernel is "
-            f"(P, P, {arch.channels}, D)). Received: input_shape={tuple(shape)}, weights={label!r}"
-        )
-
-
-def _check_arguments(args: dict) -> None:
-    """The checks that need no checkpoint, done before one is read (the builder repeats them)."""
-    validation.check_interpolation(args.get("pos_embed_interpolation"))
-    if args.get("gelu_approximate") is not None:
-        validation.check_bool("gelu_approximate", args["gelu_approximate"])
-    if args.get("layer_norm_epsilon") is not None:
-        validation.check_positive_number("layer_norm_epsilon", args["layer_norm_epsilon"])
-    if args.get("input_shape") is not None:
-        validation.check_input_shape(args["input_shape"])
-
-
-def build_from_checkpoint(builder, arguments: dict):
-    """Builds `builder(**arguments)` with the architecture of the checkpoint `arguments["weights"]`, then loads it.
-
-    Args:
-        builder: `keras_vit.ViT`.
-        arguments: the caller's `ViT` arguments; None means "take it from the checkpoint".
+        weights: a published name (resolved for `variant`, downloaded once) or a checkpoint path.
+        variant: the `keras_vit.variants.Variant` whose file a published name means, or None.
+        num_heads: heads per block, for timm files (which do not store it).
 
     Returns:
-        The loaded `keras.Model`.
-
-    Raises:
-        ValueError: unknown name, unreadable file, architecture conflict, wrong channels, or a strict-load failure.
+        (checkpoint, `keras_vit.weights.WeightsEntry` or None for a path).
     """
-    args = dict(arguments)
-    label = args.pop("weights")
-    _check_arguments(args)
-    interpolation = args.get("pos_embed_interpolation") or "bilinear"
-    path, entry = resolve_path(label, _variant_key(args))
-    checkpoint = read_checkpoint(path, num_heads=args.get("num_heads"))
-    arch = architecture.infer(checkpoint)
-    _resolve_architecture(args, arch, label)
-    _resolve_head(args, arch, label)
-    _resolve_numerics(args, checkpoint)
-    _resolve_input(args, arch, entry, label)
-    model = builder(**args, weights=None)
-    load_checkpoint(model, checkpoint, interpolation=interpolation, label=label)
-    return model
+    path, entry = resolve_path(weights, None if variant is None else variant.name)
+    return read_checkpoint(path, num_heads=num_heads), entry
 
 
 # ----------------------------------------------------------------------------------------------------------
 # Loading into a built model
-
-
-def _model_grid(model) -> tuple[int, int]:
-    """The (rows, cols) patch grid the model's position embedding covers."""
-    patches = model.get_layer("patches")
-    _, height, width, _ = patches.input.shape
-    return height // patches.patch_size, width // patches.patch_size
 
 
 def _fit_array(key, array, variable, model, arch, interpolation, report):
@@ -332,10 +99,10 @@ def _fit_array(key, array, variable, model, arch, interpolation, report):
     if key in keras_names.RESHAPED_KEYS and array.size == int(np.prod(target)) and array.shape[-1] == target[-1]:
         return array.reshape(target)
     if key == keras_names.POSITION_EMBEDDING and array.ndim == 3 and array.shape[-1] == target[-1]:
-        prefix = model.get_layer("patch_encoder").num_prefix_tokens
+        prefix = model_parts.patch_encoder(model).num_prefix_tokens
         if arch.grid is None or array.shape[1] - prefix != arch.grid[0] * arch.grid[1]:
             return None
-        new_grid = _model_grid(model)
+        new_grid = model_parts.model_grid(model)
         report.resampled = (arch.grid, new_grid, interpolation)
         resample = lambda: pos_embed.resample_position_embedding(  # noqa: E731
             np.asarray(array), new_grid, prefix, arch.grid, interpolation)
@@ -370,6 +137,7 @@ def plan_load(model, checkpoint: Checkpoint, interpolation: str = "bilinear", la
     assignments, missing, misshaped = [], [], []
     head = targets.get("head/kernel")
     new_head = head is not None and ("head/kernel" not in params or params["head/kernel"].shape[-1] != head.shape[-1])
+    zero_qkv_biases = _check_qkv_bias(model, targets, checkpoint, arch, label)
     for key, variable in targets.items():
         if new_head and key in _HEAD_KEYS:
             report.reinitialised.append(key)
@@ -393,6 +161,8 @@ def plan_load(model, checkpoint: Checkpoint, interpolation: str = "bilinear", la
             continue
         if (key in _HEAD_KEYS and head is None) or (key in _PRE_LOGITS_KEYS and (head is None or new_head)):
             report.skipped.append(key)  # include_top=False, or pre_logits dropped for a new head
+        elif key in zero_qkv_biases:
+            report.skipped.append(key)  # the zeros a reader filled in for a bias-free model, into qkv_bias=False
         else:
             unexpected.append(key)
     if missing or unexpected or misshaped:
@@ -406,6 +176,27 @@ def plan_load(model, checkpoint: Checkpoint, interpolation: str = "bilinear", la
         arrays = [(key, variable, np.asarray(array, dtype=variable.dtype)) for key, variable, array in assignments]
     check_finite([(key, array) for key, _, array in arrays], checkpoint.path)
     return [(variable, array) for _, variable, array in arrays], report
+
+
+def _check_qkv_bias(model, targets, checkpoint: Checkpoint, arch, label) -> set:
+    """Refuses query/key/value biases for a `qkv_bias=False` model and their absence for a `qkv_bias=True` one;
+    returns the file's all-zero biases (filled in by the timm and HF readers) a `qkv_bias=False` model skips."""
+    model_has = any(key.endswith(architecture.QKV_BIAS_KEYS) for key in targets)
+    file_keys = architecture.qkv_bias_keys(checkpoint.params)
+    if model_has and not file_keys:
+        raise ValueError(
+            f"The checkpoint {label!r} has no query/key/value biases, but model {model.name!r} was built with them "
+            f"(qkv_bias=True, the default): build it with qkv_bias=False. The checkpoint looks like {arch.describe()}."
+        )
+    if file_keys and not model_has:
+        if architecture.qkv_biases_are_zero(checkpoint.params):
+            return set(file_keys)
+        raise ValueError(
+            f"The checkpoint {label!r} has query/key/value biases, but model {model.name!r} was built without them "
+            f"(qkv_bias=False): build it with qkv_bias=True (the default, as every official checkpoint). "
+            f"The checkpoint looks like {arch.describe()}."
+        )
+    return set()
 
 
 def _non_finite(named_arrays) -> list[str]:
@@ -463,18 +254,22 @@ def _report(model, checkpoint, report: LoadReport, label) -> None:
         old, new, method = report.resampled
         log.warning("Resampled the position embedding from a %dx%d to a %dx%d patch grid (%s, class token kept).",
                     *old, *new, method)
-    if report.skipped and "head" not in {layer.name for layer in model.layers}:
-        log.info("Skipped %s: the model has no classification head (include_top=False).",
-                 ", ".join(sorted(report.skipped)))
-    elif report.skipped:
+    biases = [k for k in report.skipped if k.endswith(architecture.QKV_BIAS_KEYS)]
+    skipped = [k for k in report.skipped if k not in biases]
+    if biases:
+        log.info("Skipped the %d all-zero query/key/value biases of a checkpoint without them (qkv_bias=False).",
+                 len(biases))
+    if skipped and model_parts.head(model) is None:
+        log.info("Skipped %s: the model has no classification head (include_top=False).", ", ".join(sorted(skipped)))
+    elif skipped:
         log.warning("Skipped %s: fine-tuning with a new head drops pre_logits, as the official code does "
-                    "(pass representation_size=N to keep it).", ", ".join(sorted(report.skipped)))
+                    "(pass representation_size=N to keep it).", ", ".join(sorted(skipped)))
     head_new = [k for k in report.reinitialised if k.startswith("head/")]
     if head_new:
         kernel = checkpoint.params.get("head/kernel")
         found = f"has {kernel.shape[-1]} classes" if kernel is not None else "has no head"
         log.warning("The checkpoint %s and the model %d classes: the head is new and zero-initialised (as in the "
-                    "paper's fine-tuning); train it before use.", found, model.get_layer("head").kernel.shape[-1])
+                    "paper's fine-tuning); train it before use.", found, model_parts.head(model).units)
     if any(k.startswith("pre_logits/") for k in report.reinitialised):
         log.warning("The checkpoint has no pre_logits layer; the model's pre_logits is newly initialised.")
     if "head/kernel" in report.loaded and not np.any(checkpoint.params["head/kernel"]):
@@ -485,14 +280,6 @@ def _report(model, checkpoint, report: LoadReport, label) -> None:
             UserWarning,
             stacklevel=3,
         )
-
-
-def _model_variant_key(model) -> str | None:
-    """The variant table key of a built keras_vit model, read from its layers' configurations."""
-    from keras_vit.rebuild import architecture_of
-
-    args = architecture_of(model)
-    return None if args is None else _variant_key(args)
 
 
 def load_weights(model, weights, interpolation: str = "bilinear") -> LoadReport | None:
@@ -514,11 +301,11 @@ def load_weights(model, weights, interpolation: str = "bilinear") -> LoadReport 
     """
     if is_keras_weights(weights):
         return _load_keras_weights(model, os.fspath(weights))
-    path, _ = resolve_path(weights, _model_variant_key(model))
-    layer_names = {layer.name for layer in model.layers}
-    # timm files do not store the head count: take it from the model being loaded.
-    num_heads = model.get_layer("encoder_block_0").num_heads if "encoder_block_0" in layer_names else None
-    checkpoint = read_checkpoint(path, num_heads=num_heads)
+    args = model_parts.architecture(model)
+    # A published name means the file of the model's variant; timm files do not store the head count: both
+    # are taken from the model being loaded.
+    variant, num_heads = (None, None) if args is None else (variants.find_variant(args), args["num_heads"])
+    checkpoint, _ = open_checkpoint(weights, variant, num_heads)
     return load_checkpoint(model, checkpoint, interpolation=interpolation, label=weights)
 
 

@@ -4,6 +4,11 @@
 the imagenet21k / AugReg heads) take x / 127.5 - 1 in [-1, 1] (vit_jax input pipeline, paper Appendix B.1);
 `mode="imagenet"` subtracts the ImageNet mean and divides by its standard deviation, as many timm models do.
 
+The official scaling has one home here: `to_model_range` ([0, 255] -> [-1, 1]) and its inverse
+`from_model_range`, `rescaling_layer` (the same scaling as the model's own `preprocessing` layer,
+`include_preprocessing=True`) and `scales_own_input` (whether a model has that layer, so takes raw pixels);
+`model_inputs` combines the two for a batch of [0, 255] images.
+
 `decode_predictions` and `class_names` use label lists shipped in `keras_vit/data/` (no download), taken from
 timm's `timm/data/_info/` (Apache-2.0): the ImageNet-1k synsets in the standard sorted-WordNet-id order, the
 Google ImageNet-21k order of the 21843-class imagenet21k heads (timm maps 21843 classes to
@@ -23,10 +28,44 @@ import importlib.resources
 import keras
 import numpy as np
 
+from keras_vit import model_parts
+
 MODES = ("inception", "imagenet")
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 _LABEL_FILES = {1000: "imagenet1k_classes.txt", 21843: "imagenet21k_classes.txt"}
+
+
+def to_model_range(x):
+    """[0, 255] -> [-1, 1] (x / 127.5 - 1), the input scaling of the official checkpoints; any array or tensor
+    of floats (numpy, TensorFlow, Keras, ...).
+
+    Example:
+        >>> to_model_range(np.array([0.0, 255.0]))
+        array([-1.,  1.])
+    """
+    return x / 127.5 - 1.0
+
+
+def from_model_range(x):
+    """[-1, 1] -> [0, 255], the inverse of `to_model_range` (for a model that scales its own input)."""
+    return (x + 1.0) * 127.5
+
+
+def rescaling_layer(name: str = model_parts.PREPROCESSING) -> keras.layers.Layer:
+    """The `to_model_range` scaling as a Keras layer: what `keras_vit.ViT(include_preprocessing=True)` puts first."""
+    return keras.layers.Rescaling(1.0 / 127.5, offset=-1.0, name=name)
+
+
+def scales_own_input(model) -> bool:
+    """Whether `model` scales [0, 255] pixels itself (it has the `preprocessing` layer of `rescaling_layer`)."""
+    return model_parts.preprocessing(model) is not None
+
+
+def model_inputs(model, images):
+    """Images in [0, 255] as `model` expects them: as they are when it scales its own input, else
+    `to_model_range(images)`."""
+    return images if scales_own_input(model) else to_model_range(images)
 
 
 def preprocess_input(x, mode="inception"):
@@ -60,7 +99,7 @@ def preprocess_input(x, mode="inception"):
 
 def _scale(x, mode, ops):
     if mode == "inception":
-        return x / 127.5 - 1.0
+        return to_model_range(x)
     if x.shape[-1] != 3:
         raise ValueError(f"`mode='imagenet'` needs RGB images with 3 channels last. Received: shape={tuple(x.shape)}")
     mean = np.asarray(IMAGENET_MEAN) * 255.0

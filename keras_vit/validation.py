@@ -122,3 +122,18 @@ def resolve_input_shape(image_size, input_shape, input_tensor, patch_size: int) 
     height, width, channels = check_input_shape(input_shape)
     check_divisible(height, width, patch_size)
     return int(height), int(width), int(channels)
+
+
+def check_before_loading(arguments: dict) -> None:
+    """The checks of `keras_vit.ViT` arguments that need no checkpoint, done before one is read (the builder
+    repeats them on the resolved arguments)."""
+    from keras_vit.variants import DEFAULTS
+
+    check_interpolation(arguments.get("pos_embed_interpolation"))
+    for name, default in DEFAULTS.items():  # the switches: gelu_approximate, qkv_bias
+        if isinstance(default, bool) and arguments.get(name) is not None:
+            check_bool(name, arguments[name])
+    if arguments.get("layer_norm_epsilon") is not None:
+        check_positive_number("layer_norm_epsilon", arguments["layer_norm_epsilon"])
+    if arguments.get("input_shape") is not None:
+        check_input_shape(arguments["input_shape"])

@@ -97,6 +97,44 @@ VARIANTS: dict[str, Variant] = {
 }
 
 
+DEFAULTS = dict(
+    image_size=224,
+    patch_size=16,
+    hidden_size=768,
+    num_layers=12,
+    num_heads=12,
+    mlp_dim=3072,
+    classes=1000,
+    classifier="token",
+    gelu_approximate=True,
+    layer_norm_epsilon=1e-6,
+    qkv_bias=True,
+)
+"""The one table of `keras_vit.ViT`'s architecture defaults (ViT-B/16 at 224 as the official code): what an
+argument left at None becomes when no checkpoint sets it."""
+
+
+def with_defaults(arguments: dict) -> dict:
+    """`arguments` with every `DEFAULTS` key that is missing or None set to its default."""
+    return {**arguments, **{k: v for k, v in DEFAULTS.items() if arguments.get(k) is None}}
+
+
+def find_variant(arguments: dict) -> Variant | None:
+    """The variant whose architecture `arguments` (`keras_vit.ViT` arguments, None meaning the default) ask
+    for, or None; a hybrid given as a dict of stem arguments matches none.
+
+    Example:
+        >>> find_variant(dict(hidden_size=192, num_heads=3, mlp_dim=768)).name
+        'Ti16'
+    """
+    wanted = with_defaults(arguments)
+    for variant in VARIANTS.values():
+        fixed = variant.architecture()
+        if all(wanted.get(key) == value for key, value in fixed.items()) and wanted.get("hybrid") == variant.hybrid:
+            return variant
+    return None
+
+
 def get_variant(name: str) -> Variant:
     """Looks a variant up by any common spelling: `"B16"`, `"b16"`, `"vit_b16"`, `"ViT-B_16"`, `"B/16"`.
 

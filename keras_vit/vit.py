@@ -1,13 +1,21 @@
-"""`ViT(...)`: the generic Vision Transformer builder; one line per stage of the paper's data path.
+"""`ViT(...)`: the generic Vision Transformer; `build(...)`: its pure builder, one line per stage of the paper's
+data path (the layer names are those of `keras_vit.model_parts`).
 
     image (B,H,W,C) -> Patches -> PatchEncoder -> TransformerBlock x L -> encoder_norm
         -> pooling ([class] token | mean) -> [pre_logits Dense + tanh] -> head
+
+`ViT` flows one way: (a checkpoint's shapes -> the arguments left at None, `keras_vit.checkpoints.architecture`)
+-> `build` (arguments -> model, no loading; defaults from `keras_vit.variants.DEFAULTS`) -> load
+(`keras_vit.loading`).
 """
+
+import inspect
+import types
 
 import keras
 import numpy as np
 
-from keras_vit import validation
+from keras_vit import model_parts, preprocessing, validation, variants
 from keras_vit.layers import Patches, PatchEncoder, TokenPooling, TransformerBlock
 from keras_vit.layers.resnet import ResNetStem, resolve_hybrid
 
@@ -54,11 +62,12 @@ def ViT(
     name=None,
     hybrid=None,
     pos_embed_interpolation="bilinear",
+    qkv_bias=None,
 ):
     """Builds a Vision Transformer (Dosovitskiy et al., ICLR 2021, arXiv 2010.11929, section 3.1).
 
     Arguments left at None take their value from the checkpoint when `weights` names one (a published
-    name or a checkpoint file), else the ViT-B/16 default shown in brackets.
+    name or a checkpoint file), else the ViT-B/16 default shown in brackets (`keras_vit.variants.DEFAULTS`).
 
     Args:
         image_size: int or (height, width); used when `input_shape` and `input_tensor` are None
@@ -105,6 +114,9 @@ def ViT(
         pos_embed_interpolation: how a checkpoint's position embedding is resampled to another input size:
             `"bilinear"` (the official corner-aligned method, as `scipy.ndimage.zoom(order=1)`) or
             `"bicubic"` (`keras_vit.pos_embed`).
+        qkv_bias: whether the query, key and value projections have biases, as in the paper and every
+            official checkpoint [the checkpoint's, else True]. A checkpoint with (non-zero) query/key/value
+            biases is refused for `qkv_bias=False`, one without them for `qkv_bias=True`.
 
     Returns:
         A `keras.Model`.
@@ -116,82 +128,106 @@ def ViT(
         (None, 10)
     """
     arguments = dict(locals())
-    if weights is not None:
-        from keras_vit import loading
+    weights = arguments.pop("weights")
+    if weights is None:
+        return build(arguments)
+    from keras_vit import loading, weights_files
+    from keras_vit.checkpoints import architecture
 
-        if not loading.is_keras_weights(weights):
-            return loading.build_from_checkpoint(ViT, arguments)
-    image_size = 224 if image_size is None else image_size
-    patch_size = 16 if patch_size is None else patch_size
-    hidden_size = 768 if hidden_size is None else hidden_size
-    num_layers = 12 if num_layers is None else num_layers
-    num_heads = 12 if num_heads is None else num_heads
-    mlp_dim = 3072 if mlp_dim is None else mlp_dim
-    classes = 1000 if classes is None else classes
-    classifier = "token" if classifier is None else classifier
-    gelu_approximate = True if gelu_approximate is None else gelu_approximate
-    layer_norm_epsilon = 1e-6 if layer_norm_epsilon is None else layer_norm_epsilon
+    if weights_files.is_keras_weights(weights):  # a Keras file of the architecture the arguments describe
+        model = build(arguments)
+        loading.load_weights(model, weights)
+        return model
+    validation.check_before_loading(arguments)  # before any download or read
+    checkpoint, entry = loading.open_checkpoint(weights, variants.find_variant(arguments), num_heads)
+    model = build(architecture.resolve_arguments(arguments, checkpoint, entry, label=weights))
+    loading.load_checkpoint(model, checkpoint, interpolation=pos_embed_interpolation or "bilinear", label=weights)
+    return model
+
+
+def build(arguments: dict) -> keras.Model:
+    """The model of `ViT` arguments, randomly initialised: the pure builder (no file is read or loaded).
+
+    Args:
+        arguments: `ViT` keyword arguments without `weights`; missing ones take `ViT`'s defaults, and
+            architecture ones missing or None those of `keras_vit.variants.DEFAULTS` (ViT-B/16 at 224).
+
+    Returns:
+        A `keras.Model` whose layers are named as `keras_vit.model_parts` says.
+
+    Raises:
+        TypeError: an argument `ViT` does not take.
+        ValueError: an invalid value (each error quotes it).
+
+    Example:
+        >>> build(dict(image_size=32, patch_size=8, hidden_size=64, num_layers=2, num_heads=4, mlp_dim=128,
+        ...            classes=10)).output_shape
+        (None, 10)
+    """
+    parameters = inspect.signature(ViT).parameters
+    unknown = sorted(key for key in arguments if key not in parameters or key == "weights")
+    if unknown:
+        raise TypeError(f"`build` takes the arguments of `ViT` without `weights`. Received: {', '.join(unknown)}")
+    a = types.SimpleNamespace(**variants.with_defaults(
+        {**{k: p.default for k, p in parameters.items() if k != "weights"}, **arguments}))
     for arg in ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim"):
-        validation.check_positive_int(arg, locals()[arg])
-    if include_top:
-        validation.check_positive_int("classes", classes)
-    validation.check_choice("classifier", classifier, validation.CLASSIFIERS)
-    validation.check_pooling(pooling, classifier)
-    if representation_size is not None:
-        validation.check_positive_int("representation_size", representation_size)
+        validation.check_positive_int(arg, getattr(a, arg))
+    if a.include_top:
+        validation.check_positive_int("classes", a.classes)
+    validation.check_choice("classifier", a.classifier, validation.CLASSIFIERS)
+    validation.check_pooling(a.pooling, a.classifier)
+    if a.representation_size is not None:
+        validation.check_positive_int("representation_size", a.representation_size)
     for arg in ("dropout_rate", "attention_dropout_rate", "drop_path_rate"):
-        validation.check_rate(arg, locals()[arg])
-    validation.check_bool("gelu_approximate", gelu_approximate)
-    validation.check_positive_number("layer_norm_epsilon", layer_norm_epsilon)
-    validation.check_interpolation(pos_embed_interpolation)
-    if hidden_size % num_heads:
+        validation.check_rate(arg, getattr(a, arg))
+    validation.check_bool("gelu_approximate", a.gelu_approximate)
+    validation.check_bool("qkv_bias", a.qkv_bias)
+    validation.check_positive_number("layer_norm_epsilon", a.layer_norm_epsilon)
+    validation.check_interpolation(a.pos_embed_interpolation)
+    if a.hidden_size % a.num_heads:
         raise ValueError(
-            f"`hidden_size` must be divisible by `num_heads`. Received: hidden_size={hidden_size}, "
-            f"num_heads={num_heads}"
+            f"`hidden_size` must be divisible by `num_heads`. Received: hidden_size={a.hidden_size}, "
+            f"num_heads={a.num_heads}"
         )
-    stem = resolve_hybrid(hybrid, patch_size)
-    shape = validation.resolve_input_shape(image_size, input_shape, input_tensor, patch_size)
-    use_class_token = classifier == "token"
-    drop_path_rates = np.linspace(0.0, drop_path_rate, num_layers) if num_layers > 1 else [drop_path_rate]
+    stem = resolve_hybrid(a.hybrid, a.patch_size)
+    shape = validation.resolve_input_shape(a.image_size, a.input_shape, a.input_tensor, a.patch_size)
+    use_class_token = a.classifier == "token"
+    drop_path_rates = np.linspace(0.0, a.drop_path_rate, a.num_layers) if a.num_layers > 1 else [a.drop_path_rate]
 
-    inputs = _model_inputs(input_tensor, shape)
+    inputs = _model_inputs(a.input_tensor, shape)
     x = inputs
-    if include_preprocessing:
-        x = keras.layers.Rescaling(1.0 / 127.5, offset=-1.0, name="preprocessing")(x)
+    if a.include_preprocessing:
+        x = preprocessing.rescaling_layer()(x)
     if stem is not None:
-        x = ResNetStem(**stem, name="resnet_stem")(x)
-    x = Patches(1 if stem is not None else patch_size, name="patches")(x)
-    x = PatchEncoder(hidden_size, use_class_token=use_class_token, dropout_rate=dropout_rate, name="patch_encoder")(x)
-    for i in range(num_layers):
+        x = ResNetStem(**stem, name=model_parts.RESNET_STEM)(x)
+    x = Patches(1 if stem is not None else a.patch_size, name=model_parts.PATCHES)(x)
+    x = PatchEncoder(a.hidden_size, use_class_token=use_class_token, dropout_rate=a.dropout_rate,
+                     name=model_parts.PATCH_ENCODER)(x)
+    for i in range(a.num_layers):
         x = TransformerBlock(
-            num_heads,
-            mlp_dim,
-            dropout_rate=dropout_rate,
-            attention_dropout_rate=attention_dropout_rate,
+            a.num_heads,
+            a.mlp_dim,
+            dropout_rate=a.dropout_rate,
+            attention_dropout_rate=a.attention_dropout_rate,
             drop_path_rate=float(drop_path_rates[i]),
-            layer_norm_epsilon=layer_norm_epsilon,
-            gelu_approximate=gelu_approximate,
-            name=f"encoder_block_{i}",
+            layer_norm_epsilon=a.layer_norm_epsilon,
+            gelu_approximate=a.gelu_approximate,
+            name=model_parts.encoder_block_name(i),
         )(x)
-    x = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="encoder_norm")(x)
-    if include_top:
-        x = TokenPooling("token" if use_class_token else "avg", int(use_class_token), name="pooling")(x)
-        if representation_size:
-            x = keras.layers.Dense(representation_size, activation="tanh", name="pre_logits")(x)
+    x = keras.layers.LayerNormalization(epsilon=a.layer_norm_epsilon, name=model_parts.ENCODER_NORM)(x)
+    if a.include_top:
+        x = TokenPooling("token" if use_class_token else "avg", int(use_class_token), name=model_parts.POOLING)(x)
+        if a.representation_size:
+            x = keras.layers.Dense(a.representation_size, activation="tanh", name=model_parts.PRE_LOGITS)(x)
         x = keras.layers.Dense(
-            classes,
-            activation=classifier_activation,
+            a.classes,
+            activation=a.classifier_activation,
             kernel_initializer="zeros",
-            name="head",
+            name=model_parts.HEAD,
             dtype=_head_dtype(),
         )(x)
-    elif pooling:
-        x = TokenPooling(pooling, int(use_class_token), name="pooling")(x)
+    elif a.pooling:
+        x = TokenPooling(a.pooling, int(use_class_token), name=model_parts.POOLING)(x)
 
-    model_inputs = keras.utils.get_source_inputs(input_tensor) if input_tensor is not None else inputs
-    model = keras.Model(model_inputs, x, name=name or "vit")
-    if weights is not None:
-        from keras_vit import loading
-
-        loading.load_weights(model, weights)
-    return model
+    model_inputs = keras.utils.get_source_inputs(a.input_tensor) if a.input_tensor is not None else inputs
+    return keras.Model(model_inputs, x, name=a.name or "vit")

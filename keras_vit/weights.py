@@ -18,8 +18,8 @@ Sources of the table:
   `B_8-i21k-300ep-lr_0.001-aug_medium2-wd_0.1-do_0.0-sd_0.0--imagenet2012-steps_20k-lr_0.03-res_224` (85.58).
 - `augreg_in21k_ft_in1k_224`: the 224 fine-tunes timm ships as `vit_*_224.augreg_in21k_ft_in1k`.
 
-Names that mean a different file than timm's tag of the same name (ours follow the recommended runs,
-`_AUGREG`; timm's 224 fine-tunes, `_AUGREG_224`, come from partly different runs):
+Names that mean a different file than timm's tag of the same name (ours follow the recommended runs; timm's
+224 fine-tunes, `augreg_in21k_ft_in1k_224` here, come from partly different runs):
 - `augreg_in21k_ft_in1k` here is the recommended fine-tune (at 384; B/8 at 224). timm's
   `vit_*_224.augreg_in21k_ft_in1k` is `augreg_in21k_ft_in1k_224` here. For B/8 both are at 224 yet differ:
   ours is the aug_medium2 run fine-tuned with lr 0.03, timm's `vit_base_patch8_224.augreg_in21k_ft_in1k` the
@@ -92,6 +92,7 @@ class WeightsEntry:
         imagenet_top1: ImageNet top-1 (%) from the upstream tables; None where not reported or not
             applicable (raw ImageNet-21k heads must be fine-tuned first).
         top1_source: where `imagenet_top1` comes from.
+        notes: what else a user should know about the file (shown in the README's table).
     """
 
     name: str
@@ -106,6 +107,7 @@ class WeightsEntry:
     preprocessing: str = "inception"
     imagenet_top1: float | None = None
     top1_source: str = "see upstream"
+    notes: str = ""
 
     @property
     def url(self) -> str:
@@ -117,68 +119,148 @@ class WeightsEntry:
         return self.path.replace("/", "__")
 
 
-# Original files of the paper (imagenet21k, imagenet21k+imagenet2012).
-_ORIGINAL_NAMES = {"B16": "ViT-B_16", "B32": "ViT-B_32", "L16": "ViT-L_16", "L32": "ViT-L_32", "H14": "ViT-H_14",
-                   "R50_B16": "R50+ViT-B_16"}
-_WIDTH = {"B16": 768, "B32": 768, "L16": 1024, "L32": 1024, "H14": 1280, "R50_B16": 768}
-_TABLE5 = {"B16": 83.97, "B32": 81.28, "L16": 85.15, "L32": 80.99}  # paper Table 5, ImageNet-21k row, at 384
-# Top-1 of 384 fine-tunes not in Table 5: (top-1, source).
-_OTHER_TOP1 = {"R50_B16": (85.08, "google-research/vision_transformer issue 39")}
+_RAW_21K = "n/a: raw ImageNet-21k head, fine-tune first"
 
-# AugReg: recommended pre-training runs (vision_transformer README / big_vision `howto-i21k-*`), the
-# recommended 384 fine-tune (its learning rate) and the README's ImageNet accuracy.
-_AUGREG = {
-    "Ti16": ("Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0", "lr_0.03-res_384", 78.22),
-    "S32": ("S_32-i21k-300ep-lr_0.001-aug_none-wd_0.1-do_0.0-sd_0.0", "lr_0.01-res_384", 79.58),
-    "S16": ("S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0", "lr_0.03-res_384", 83.73),
-    "B32": ("B_32-i21k-300ep-lr_0.001-aug_light1-wd_0.1-do_0.0-sd_0.0", "lr_0.01-res_384", 83.59),
-    "B16": ("B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0", "lr_0.03-res_384", 85.49),
-    # B/8: the upstream AugReg colab's fine-tune of this run at 224 (not 384), 85.58 top-1
-    "B8": ("B_8-i21k-300ep-lr_0.001-aug_medium2-wd_0.1-do_0.0-sd_0.0", "lr_0.03-res_224", 85.58),
-    "L16": ("L_16-i21k-300ep-lr_0.001-aug_strong1-wd_0.1-do_0.0-sd_0.0", "lr_0.01-res_384", 85.59),
-}
-_AUGREG_WIDTH = {"Ti16": 192, "S32": 384, "S16": 384, "B32": 768, "B16": 768, "B8": 768, "L16": 1024}
-# The 224 fine-tunes timm ships (`vit_*_224.augreg_in21k_ft_in1k`): (pre-training run, fine-tune suffix).
-_AUGREG_224 = {
-    "Ti16": ("Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0", "lr_0.03-res_224"),
-    "S32": ("S_32-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0", "lr_0.03-res_224"),
-    "S16": ("S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0", "lr_0.03-res_224"),
-    "B32": ("B_32-i21k-300ep-lr_0.001-aug_medium1-wd_0.03-do_0.0-sd_0.0", "lr_0.03-res_224"),
-    "B16": ("B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0", "lr_0.01-res_224"),
-    "B8": ("B_8-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0", "lr_0.01-res_224"),
-    "L16": ("L_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1", "lr_0.01-res_224"),
-}
+PUBLISHED: list[WeightsEntry] = [
+    # The paper's files (Dosovitskiy et al. 2021): ImageNet-21k pre-training at 224, its 384 ImageNet fine-tune.
+    WeightsEntry(variant="B16", name="imagenet21k", image_size=224, classes=21843,
+                 path="imagenet21k/ViT-B_16.npz",
+                 representation_size=768, sha256=None, top1_source=_RAW_21K),
+    WeightsEntry(variant="B16", name="imagenet21k+imagenet2012", image_size=384, classes=1000,
+                 path="imagenet21k+imagenet2012/ViT-B_16.npz",
+                 representation_size=None, sha256=None, imagenet_top1=83.97, top1_source="paper Table 5"),
+    WeightsEntry(variant="B32", name="imagenet21k", image_size=224, classes=21843,
+                 path="imagenet21k/ViT-B_32.npz",
+                 representation_size=768, sha256=None, top1_source=_RAW_21K),
+    WeightsEntry(variant="B32", name="imagenet21k+imagenet2012", image_size=384, classes=1000,
+                 path="imagenet21k+imagenet2012/ViT-B_32.npz",
+                 representation_size=None, sha256=None, imagenet_top1=81.28, top1_source="paper Table 5"),
+    WeightsEntry(variant="L16", name="imagenet21k", image_size=224, classes=21843,
+                 path="imagenet21k/ViT-L_16.npz",
+                 representation_size=1024, sha256=None, top1_source=_RAW_21K),
+    WeightsEntry(variant="L16", name="imagenet21k+imagenet2012", image_size=384, classes=1000,
+                 path="imagenet21k+imagenet2012/ViT-L_16.npz",
+                 representation_size=None, sha256=None, imagenet_top1=85.15, top1_source="paper Table 5"),
+    WeightsEntry(variant="L32", name="imagenet21k", image_size=224, classes=21843,
+                 path="imagenet21k/ViT-L_32.npz",
+                 representation_size=1024, sha256=None, top1_source=_RAW_21K),
+    WeightsEntry(variant="L32", name="imagenet21k+imagenet2012", image_size=384, classes=1000,
+                 path="imagenet21k+imagenet2012/ViT-L_32.npz",
+                 representation_size=None, sha256=None, imagenet_top1=80.99, top1_source="paper Table 5"),
+    WeightsEntry(variant="H14", name="imagenet21k", image_size=224, classes=21843,
+                 path="imagenet21k/ViT-H_14.npz",
+                 representation_size=1280, sha256=None, top1_source=_RAW_21K,
+                 notes="the only ViT-H/14 file: its head is all zeros and ViT_H14() warns; fine-tune it first"),
+    WeightsEntry(variant="R50_B16", name="imagenet21k", image_size=224, classes=21843,
+                 path="imagenet21k/R50+ViT-B_16.npz",
+                 representation_size=768, sha256=None, top1_source=_RAW_21K),
+    WeightsEntry(variant="R50_B16", name="imagenet21k+imagenet2012", image_size=384, classes=1000,
+                 path="imagenet21k+imagenet2012/R50+ViT-B_16.npz",
+                 representation_size=None, sha256=None, imagenet_top1=85.08,
+                 top1_source="google-research/vision_transformer issue 39"),
+    # The 224 ImageNet fine-tunes of the google-research/vision_transformer README.
+    WeightsEntry(variant="B16", name="imagenet21k+imagenet2012_224", image_size=224, classes=1000,
+                 path="imagenet21k+imagenet2012/ViT-B_16-224.npz",
+                 representation_size=None, sha256=None, imagenet_top1=81.2, top1_source="vision_transformer README"),
+    WeightsEntry(variant="L16", name="imagenet21k+imagenet2012_224", image_size=224, classes=1000,
+                 path="imagenet21k+imagenet2012/ViT-L_16-224.npz",
+                 representation_size=None, sha256=None, imagenet_top1=82.7, top1_source="vision_transformer README"),
+    # AugReg (Steiner et al. 2021): the recommended pre-training runs and their recommended ImageNet fine-tune.
+    WeightsEntry(variant="Ti16", name="augreg_in21k", image_size=224, classes=21843,
+                 path="augreg/Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0.npz",
+                 representation_size=None, sha256=None),
+    WeightsEntry(variant="Ti16", name="augreg_in21k_ft_in1k", image_size=384, classes=1000,
+                 path="augreg/Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0"
+                      "--imagenet2012-steps_20k-lr_0.03-res_384.npz",
+                 representation_size=None, sha256=None, imagenet_top1=78.22,
+                 top1_source="vision_transformer README (AugReg)"),
+    WeightsEntry(variant="S32", name="augreg_in21k", image_size=224, classes=21843,
+                 path="augreg/S_32-i21k-300ep-lr_0.001-aug_none-wd_0.1-do_0.0-sd_0.0.npz",
+                 representation_size=None, sha256=None,
+                 notes="not the pre-training run of timm's 224 fine-tune (compare the file names)"),
+    WeightsEntry(variant="S32", name="augreg_in21k_ft_in1k", image_size=384, classes=1000,
+                 path="augreg/S_32-i21k-300ep-lr_0.001-aug_none-wd_0.1-do_0.0-sd_0.0"
+                      "--imagenet2012-steps_20k-lr_0.01-res_384.npz",
+                 representation_size=None, sha256=None, imagenet_top1=79.58,
+                 top1_source="vision_transformer README (AugReg)"),
+    WeightsEntry(variant="S16", name="augreg_in21k", image_size=224, classes=21843,
+                 path="augreg/S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0.npz",
+                 representation_size=None, sha256=None),
+    WeightsEntry(variant="S16", name="augreg_in21k_ft_in1k", image_size=384, classes=1000,
+                 path="augreg/S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0"
+                      "--imagenet2012-steps_20k-lr_0.03-res_384.npz",
+                 representation_size=None, sha256=None, imagenet_top1=83.73,
+                 top1_source="vision_transformer README (AugReg)"),
+    WeightsEntry(variant="B32", name="augreg_in21k", image_size=224, classes=21843,
+                 path="augreg/B_32-i21k-300ep-lr_0.001-aug_light1-wd_0.1-do_0.0-sd_0.0.npz",
+                 representation_size=None, sha256=None,
+                 notes="not the pre-training run of timm's 224 fine-tune (compare the file names)"),
+    WeightsEntry(variant="B32", name="augreg_in21k_ft_in1k", image_size=384, classes=1000,
+                 path="augreg/B_32-i21k-300ep-lr_0.001-aug_light1-wd_0.1-do_0.0-sd_0.0"
+                      "--imagenet2012-steps_20k-lr_0.01-res_384.npz",
+                 representation_size=None, sha256=None, imagenet_top1=83.59,
+                 top1_source="vision_transformer README (AugReg)"),
+    WeightsEntry(variant="B16", name="augreg_in21k", image_size=224, classes=21843,
+                 path="augreg/B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0.npz",
+                 representation_size=None, sha256=None),
+    WeightsEntry(variant="B16", name="augreg_in21k_ft_in1k", image_size=384, classes=1000,
+                 path="augreg/B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0"
+                      "--imagenet2012-steps_20k-lr_0.03-res_384.npz",
+                 representation_size=None, sha256=None, imagenet_top1=85.49,
+                 top1_source="vision_transformer README (AugReg)"),
+    WeightsEntry(variant="B8", name="augreg_in21k", image_size=224, classes=21843,
+                 path="augreg/B_8-i21k-300ep-lr_0.001-aug_medium2-wd_0.1-do_0.0-sd_0.0.npz",
+                 representation_size=None, sha256=None,
+                 notes="not the pre-training run of timm's 224 fine-tune (compare the file names)"),
+    WeightsEntry(variant="B8", name="augreg_in21k_ft_in1k", image_size=224, classes=1000,
+                 path="augreg/B_8-i21k-300ep-lr_0.001-aug_medium2-wd_0.1-do_0.0-sd_0.0"
+                      "--imagenet2012-steps_20k-lr_0.03-res_224.npz",
+                 representation_size=None, sha256=None, imagenet_top1=85.58,
+                 top1_source="vision_transformer AugReg colab",
+                 notes="the AugReg colab's 224 fine-tune of the recommended run (no 384 one is listed)"),
+    WeightsEntry(variant="L16", name="augreg_in21k", image_size=224, classes=21843,
+                 path="augreg/L_16-i21k-300ep-lr_0.001-aug_strong1-wd_0.1-do_0.0-sd_0.0.npz",
+                 representation_size=None, sha256=None,
+                 notes="not the pre-training run of timm's 224 fine-tune (compare the file names)"),
+    WeightsEntry(variant="L16", name="augreg_in21k_ft_in1k", image_size=384, classes=1000,
+                 path="augreg/L_16-i21k-300ep-lr_0.001-aug_strong1-wd_0.1-do_0.0-sd_0.0"
+                      "--imagenet2012-steps_20k-lr_0.01-res_384.npz",
+                 representation_size=None, sha256=None, imagenet_top1=85.59,
+                 top1_source="vision_transformer README (AugReg)"),
+    # AugReg: the 224 ImageNet fine-tunes timm ships (partly from other pre-training runs).
+    WeightsEntry(variant="Ti16", name="augreg_in21k_ft_in1k_224", image_size=224, classes=1000,
+                 path="augreg/Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0"
+                      "--imagenet2012-steps_20k-lr_0.03-res_224.npz",
+                 representation_size=None, sha256=None, notes="timm's `vit_*_224.augreg_in21k_ft_in1k`"),
+    WeightsEntry(variant="S32", name="augreg_in21k_ft_in1k_224", image_size=224, classes=1000,
+                 path="augreg/S_32-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0"
+                      "--imagenet2012-steps_20k-lr_0.03-res_224.npz",
+                 representation_size=None, sha256=None, notes="timm's `vit_*_224.augreg_in21k_ft_in1k`"),
+    WeightsEntry(variant="S16", name="augreg_in21k_ft_in1k_224", image_size=224, classes=1000,
+                 path="augreg/S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0"
+                      "--imagenet2012-steps_20k-lr_0.03-res_224.npz",
+                 representation_size=None, sha256=None, notes="timm's `vit_*_224.augreg_in21k_ft_in1k`"),
+    WeightsEntry(variant="B32", name="augreg_in21k_ft_in1k_224", image_size=224, classes=1000,
+                 path="augreg/B_32-i21k-300ep-lr_0.001-aug_medium1-wd_0.03-do_0.0-sd_0.0"
+                      "--imagenet2012-steps_20k-lr_0.03-res_224.npz",
+                 representation_size=None, sha256=None, notes="timm's `vit_*_224.augreg_in21k_ft_in1k`"),
+    WeightsEntry(variant="B16", name="augreg_in21k_ft_in1k_224", image_size=224, classes=1000,
+                 path="augreg/B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0"
+                      "--imagenet2012-steps_20k-lr_0.01-res_224.npz",
+                 representation_size=None, sha256=None, notes="timm's `vit_*_224.augreg_in21k_ft_in1k`"),
+    WeightsEntry(variant="B8", name="augreg_in21k_ft_in1k_224", image_size=224, classes=1000,
+                 path="augreg/B_8-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0"
+                      "--imagenet2012-steps_20k-lr_0.01-res_224.npz",
+                 representation_size=None, sha256=None, notes="timm's `vit_*_224.augreg_in21k_ft_in1k`"),
+    WeightsEntry(variant="L16", name="augreg_in21k_ft_in1k_224", image_size=224, classes=1000,
+                 path="augreg/L_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1"
+                      "--imagenet2012-steps_20k-lr_0.01-res_224.npz",
+                 representation_size=None, sha256=None, notes="timm's `vit_*_224.augreg_in21k_ft_in1k`"),
+]
+"""Every published checkpoint, one record each, in table order (the order of `names_for` and `all_names`).
+The README's weights table is generated from it: `python -m keras_vit.weights --readme README.md`."""
 
-
-def _build_table() -> dict[tuple[str, str], WeightsEntry]:
-    entries = []
-    for variant, file in _ORIGINAL_NAMES.items():
-        entries.append(WeightsEntry("imagenet21k", variant, f"imagenet21k/{file}.npz", None, 224, 21843,
-                                    _WIDTH[variant], top1_source="n/a: raw ImageNet-21k head, fine-tune first"))
-        if variant != "H14":
-            top1, source = (_TABLE5[variant], "paper Table 5") if variant in _TABLE5 else _OTHER_TOP1[variant]
-            entries.append(WeightsEntry("imagenet21k+imagenet2012", variant, f"imagenet21k+imagenet2012/{file}.npz",
-                                        None, 384, 1000, None, imagenet_top1=top1, top1_source=source))
-    for variant, top1 in (("B16", 81.2), ("L16", 82.7)):
-        file = _ORIGINAL_NAMES[variant]
-        entries.append(WeightsEntry("imagenet21k+imagenet2012_224", variant,
-                                    f"imagenet21k+imagenet2012/{file}-224.npz", None, 224, 1000, None,
-                                    imagenet_top1=top1, top1_source="vision_transformer README"))
-    for variant, (run, finetune, top1) in _AUGREG.items():
-        entries.append(WeightsEntry("augreg_in21k", variant, f"augreg/{run}.npz", None, 224, 21843, None))
-        size = int(finetune.rsplit("_", 1)[1])
-        entries.append(WeightsEntry("augreg_in21k_ft_in1k", variant,
-                                    f"augreg/{run}--imagenet2012-steps_20k-{finetune}.npz", None, size, 1000, None,
-                                    imagenet_top1=top1,
-                                    top1_source="vision_transformer AugReg colab" if variant == "B8"
-                                    else "vision_transformer README (AugReg)"))
-    for variant, (run, finetune) in _AUGREG_224.items():
-        entries.append(WeightsEntry("augreg_in21k_ft_in1k_224", variant,
-                                    f"augreg/{run}--imagenet2012-steps_20k-{finetune}.npz", None, 224, 1000, None))
-    return {(e.variant, e.name): e for e in entries}
-
-
-WEIGHTS: dict[tuple[str, str], WeightsEntry] = _build_table()
+WEIGHTS: dict[tuple[str, str], WeightsEntry] = {(entry.variant, entry.name): entry for entry in PUBLISHED}
 """Published weights by (variant, name)."""
 
 DEFAULT_WEIGHTS = {
@@ -355,3 +437,75 @@ def fetch(entry: WeightsEntry, cache_dir: str | None = None) -> str:
             f"sha256 check (expected {entry.sha256}, got {found}): the download is damaged or not the published "
             f"file. Delete {path} and try again, or pass weights=None or weights=\"/path/to/file.npz\"."
         ) from None
+
+
+# ---------------------------------------------------------------- the README's table, generated from PUBLISHED
+
+README_BEGIN = ("<!-- weights table: generated from keras_vit/weights.py by "
+                "`python -m keras_vit.weights --readme README.md` -->")
+README_END = "<!-- end of the generated weights table -->"
+
+
+def _top1_cell(entry: WeightsEntry) -> str:
+    return f"{entry.imagenet_top1:g}, {entry.top1_source}" if entry.imagenet_top1 is not None else entry.top1_source
+
+
+def markdown_table() -> str:
+    """The weights table as Markdown, one row per `PUBLISHED` entry, by variant (in `VARIANTS` order), then in
+    table order; the default of each named constructor is marked "(default)"."""
+    from keras_vit.variants import VARIANTS
+
+    order = {variant: i for i, variant in enumerate(VARIANTS)}
+    rows = sorted(PUBLISHED, key=lambda e: order.get(e.variant, len(order)))  # stable: table order per variant
+    lines = [
+        f"| variant | `weights=` | file under `{BASE_URL}` | res. | classes | pre_logits | ImageNet top-1 | notes |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for e in rows:
+        default = " (default)" if DEFAULT_WEIGHTS.get(e.variant) == e.name else ""
+        pre_logits = "-" if e.representation_size is None else str(e.representation_size)
+        lines.append(f"| {e.variant} | `{e.name}`{default} | `{e.path}` | {e.image_size} | {e.classes} | {pre_logits} "
+                     f"| {_top1_cell(e)} | {e.notes or '-'} |")
+    return "\n".join(lines) + "\n"
+
+
+def readme_region(text: str) -> tuple[int, int]:
+    """Where the generated table sits in the README's `text`: (start, end) between the two markers."""
+    begin, end = text.find(README_BEGIN), text.find(README_END)
+    if begin < 0 or end < begin:
+        raise ValueError(f"The README has no generated weights table: it needs the lines {README_BEGIN!r} and "
+                         f"{README_END!r}, in that order.")
+    return begin + len(README_BEGIN) + 1, end
+
+
+def main(argv=None) -> int:
+    """`python -m keras_vit.weights --markdown` prints the table; `--readme README.md` rewrites the README's
+    region between the markers; `--check README.md` fails (exit 1) when that region is out of date."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m keras_vit.weights", description=main.__doc__)
+    group = parser.add_mutually_exclusive_group(required=True)
+    group.add_argument("--markdown", action="store_true", help="print the weights table as Markdown")
+    group.add_argument("--readme", metavar="PATH", help="rewrite the generated table in this README")
+    group.add_argument("--check", metavar="PATH", help="exit 1 when this README's table is not the generated one")
+    args = parser.parse_args(argv)
+    table = markdown_table()
+    if args.markdown:
+        print(table, end="")
+        return 0
+    path = args.readme or args.check
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    start, end = readme_region(text)
+    if args.check:
+        if text[start:end] != table:
+            print(f"{path}: the weights table is out of date; run `python -m keras_vit.weights --readme {path}`")
+            return 1
+        return 0
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text[:start] + table + text[end:])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

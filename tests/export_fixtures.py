@@ -9,6 +9,7 @@ import numpy as np
 from PIL import Image
 
 import keras_vit
+from keras_vit import model_parts
 
 SIZE = 32
 TINY = dict(image_size=SIZE, patch_size=8, hidden_size=32, num_layers=2, num_heads=4, mlp_dim=64)
@@ -17,8 +18,7 @@ TINY = dict(image_size=SIZE, patch_size=8, hidden_size=32, num_layers=2, num_hea
 def tiny_vit(seed=0, **kwargs):
     """A tiny ViT whose head is random (the default zero head would make every output equal)."""
     model = keras_vit.ViT(**{**TINY, "classes": 5, **kwargs})
-    if "head" in {layer.name for layer in model.layers}:
-        head = model.get_layer("head")
+    if (head := model_parts.head(model)) is not None:
         head.kernel.assign(np.random.default_rng(seed).normal(0, 2, head.kernel.shape).astype("float32"))
     return model
 

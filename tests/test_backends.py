@@ -20,7 +20,7 @@ SCRIPT = textwrap.dedent(
                           classes=5, drop_path_rate=0.1, dropout_rate=0.1)
     x = np.random.default_rng(0).uniform(-1, 1, (4, 32, 32, 3)).astype("float32")
     out = keras.ops.convert_to_numpy(model(x))
-    _, probs = model.get_layer("encoder_block_0").attention(np.zeros((1, 3, 32), "float32"), return_attention_scores=True)
+    _, probs = keras_vit.model_parts.encoder_blocks(model)[0].attention(np.zeros((1, 3, 32), "float32"), return_attention_scores=True)
     model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
     model.fit(x, np.arange(4) % 5, epochs=1, verbose=0)
     path = os.path.join(tempfile.mkdtemp(), "m.keras")

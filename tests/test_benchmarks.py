@@ -108,37 +108,79 @@ def test_benchmark_architectures_are_the_variant_table():
             variant.patch_size, variant.hidden_size, variant.num_layers, variant.num_heads, variant.mlp_dim)
 
 
-def _row(runner, task, dtype, batch, seconds, rss=1000.0, extra=None, arch="B16"):
-    return {"name": f"{runner}/{task}/{dtype}", "runner": runner, "task": task, "dtype": dtype, "arch": arch,
-            "batch": batch, "median_s": seconds, "items_per_s": batch / seconds, "peak_rss_mb": rss,
-            "gflop_per_item": 35.1, "extra": extra or {}}
+def _row(runner, task, dtype, batch, seconds, rss=1000.0, extra=None, arch="B16", mode="", cpu=None):
+    return {"name": f"{runner}/{task}/{dtype}" + (f"/{mode}" if mode else ""), "runner": runner, "task": task,
+            "dtype": dtype, "arch": arch, "mode": mode, "batch": batch, "median_s": seconds,
+            "items_per_s": batch / seconds, "peak_rss_mb": rss, "gflop_per_item": 35.1, "extra": extra or {},
+            "median_cpu_s": 2 * seconds if cpu is None else cpu, "spread": 0.0, "gflops": 35.1 * batch / seconds}
 
 
 def test_ratios_and_goals_arithmetic():
+    bf16_extra = {"logits_rel_l2_vs_float32": 0.01, "top1_agreement_vs_float32": 0.985, "agreement_images": 200}
     rows = [
         _row("keras_vit", "infer", "float32", 16, 1.0, rss=900.0),   # 16 img/s
         _row("keras_hub", "infer", "float32", 16, 2.0, rss=1200.0),  # 8 img/s
         _row("timm", "infer", "float32", 16, 4.0, rss=800.0),        # 4 img/s
         _row("keras_vit", "infer", "float32", 1, 0.1),
-        _row("keras_vit", "infer", "bfloat16", 16, 0.5, extra={"logits_rel_l2_vs_float32": 0.01}),
-        _row("timm", "infer", "bfloat16", 16, 1.0),
+        _row("keras_vit", "infer", "bfloat16", 16, 0.5, extra=bf16_extra, mode="graph"),
+        _row("keras_vit", "infer", "bfloat16", 16, 0.4, extra={"logits_rel_l2_vs_float32": 0.03},
+             mode="graph-bf16weights"),
+        _row("keras_vit", "infer", "bfloat16", 1, 0.05, mode="graph"),
+        _row("timm", "infer", "bfloat16", 16, 0.5, cpu=0.8),
+        _row("timm", "infer", "bfloat16", 1, 0.04),
+        _row("keras_vit", "serve", "bfloat16", 16, 0.41, mode="SavedModel"),
+        _row("keras_vit", "serve", "float32", 16, 1.0, mode="SavedModel"),
+        _row("keras_vit", "train", "float32", 16, 2.0, rss=2400.0, arch="S16"),
+        _row("timm", "train", "float32", 16, 2.2, rss=1800.0, arch="S16"),
+        _row("keras_vit", "train", "bfloat16", 16, 1.0, rss=2000.0, arch="S16"),
+        _row("timm", "train", "bfloat16", 16, 0.9, rss=1800.0, arch="S16"),
     ]
-    rows[0]["ceiling_share"] = 0.95
-    rows[4]["ceiling_share"] = 0.7
-    ratios = {(r["b"], r["batch"]): r["ratio"] for r in report.peer_ratios(rows)}
-    assert ratios[("keras_hub/infer/float32", 16)] == pytest.approx(2.0)
-    assert ratios[("timm/infer/float32", 16)] == pytest.approx(4.0)
-    assert ratios[("timm/infer/bfloat16", 16)] == pytest.approx(2.0)
+    ratios = {(r["a"], r["b"], r["batch"]): r for r in report.peer_ratios(rows)}
+    assert ratios[("keras_vit/infer/float32", "keras_hub/infer/float32", 16)]["ratio"] == pytest.approx(2.0)
+    timm16 = ratios[("keras_vit/infer/bfloat16/graph-bf16weights", "timm/infer/bfloat16", 16)]
+    assert timm16["ratio"] == pytest.approx(1.25) and timm16["cpu_ratio"] == pytest.approx((0.8 / 16) / (0.8 / 16))
+    served = ratios[("keras_vit/serve/bfloat16/SavedModel", "keras_vit/infer/bfloat16/graph", 16)]
+    assert served["what"] == "SavedModel serving_default / keras_vit[graph]"
+    assert served["ratio"] == pytest.approx(0.5 / 0.41)
     goals = {g["goal"]: g for g in report.goals(rows, {"float32": 351.0}, big_batch=16)}
-    fastest = goals["float32 batch 16: >= 1.1x fastest peer"]
-    assert fastest["value"] == pytest.approx(2.0) and fastest["met"] is True
-    memory = goals["float32 batch 16 peak RSS <= leanest peer's (ratio)"]
-    assert memory["value"] == pytest.approx(900 / 800) and memory["met"] is False
-    latency = goals["float32 batch 1 latency <= 1.1x ceiling time (ratio)"]
-    assert latency["value"] == pytest.approx(0.1 / (35.1 / 351.0)) and latency["met"] is True
-    assert goals["bfloat16 batch 16: >= 80% of bf16 matmul ceiling"]["met"] is False
-    assert goals["bfloat16 logits within 2e-2 relative (L2) of float32"]["met"] is True
-    assert "training: >= 1.1x best peer" not in goals  # no training row: no goal claimed
+    assert goals["float32 batch 16: >= 1.0x fastest peer (no regression)"]["value"] == pytest.approx(2.0)
+    best = goals["bfloat16 batch 16: >= 1.0x timm bf16 [graph-bf16weights]"]  # the faster keras_vit bf16 call
+    assert best["value"] == pytest.approx(1.25) and best["met"] is True and best["cpu_value"] == pytest.approx(1.0)
+    assert goals["bfloat16 batch 16: >= 1.1x timm bf16 (stretch)"]["met"] is True
+    assert goals["bfloat16 batch 1: >= 1.0x timm bf16 [graph]"]["value"] == pytest.approx(0.8)
+    assert goals["bfloat16 logits within 2e-2 relative (L2) of float32 [graph]"]["met"] is True
+    assert goals["bfloat16 logits within 2e-2 relative (L2) of float32 [graph-bf16weights]"]["met"] is False
+    agreement = goals["bfloat16 top-1 agreement with float32 >= 99% (200 images) [graph]"]
+    assert agreement["value"] == 0.985 and agreement["met"] is False
+    serving = goals["bf16 SavedModel serving_default batch 16: >= 0.95x Keras bf16 call [graph-bf16weights]"]
+    assert serving["value"] == pytest.approx(0.4 / 0.41) and serving["met"] is True
+    versus_float32 = goals["bf16 SavedModel serving_default batch 16: >= 2x float32 SavedModel"]
+    assert versus_float32["value"] == pytest.approx(1 / 0.41)
+    assert not any("batch 1: >= 0.95x" in g for g in goals)  # no batch-1 serving row: no goal claimed
+    assert goals["float32 training: >= 1.0x timm"]["value"] == pytest.approx(1.1)
+    assert goals["float32 training peak RSS <= 1.2x timm's (ratio)"]["met"] is False
+    assert goals["bfloat16 training: >= 1.0x timm"]["met"] is False
+    assert goals["bfloat16 training peak RSS <= 1.2x timm's (ratio)"]["value"] == pytest.approx(2000 / 1800)
+    text = report.table(rows, {"float32": 351.0}, report.peer_ratios(rows), list(goals.values()))
+    assert "goals (issue 15):" in text and "(CPU time: 1.00x)" in text and "by CPU time 1.000" in text
+
+
+def test_memory_stages_and_extra_formatting():
+    import measure
+
+    record = measure.memory_stages()
+    record("start")
+    stages = record("end")
+    assert list(stages) == ["start", "end"] and all(0 < v["rss_mb"] <= v["peak_mb"] + 1 for v in stages.values())
+    assert report._fmt_extra(stages).endswith("(MiB now/peak)") and report._fmt_extra(0.5) == "0.5"
+
+
+def test_bf16_cases_are_built():
+    names = {c.name for c in cases.build_cases(peers=("timm",))}
+    assert {"keras_vit/serve/B16/bfloat16/SavedModel", "keras_vit/serve/B16/float32/SavedModel",
+            "keras_vit/train/S16/bfloat16/graph", "timm/train/S16/bfloat16/eager"} <= names
+    serve = [c for c in cases.build_cases() if c.task == "serve"]
+    assert all(c.batches == (1, 16) for c in serve)
 
 
 def _run_quick(tmp_path, *extra):
@@ -246,6 +288,16 @@ def test_attention_core_benchmark_compares_both_implementations():
     differences = [float(line.split("max |difference| ")[1].split()[0]) for line in out.splitlines()
                    if "max |difference|" in line]
     assert max(differences) < 5e-2, out
+
+
+def test_bf16_loss_curve_runs_both_precisions(tmp_path):
+    pytest.importorskip("sklearn")
+    out = _run_script("bf16_loss_curve.py", "--steps", "4", "--every", "2", "--batch", "8",
+                      "--json", str(tmp_path / "curves.json"))
+    assert "largest windowed difference" in out
+    document = json.loads((tmp_path / "curves.json").read_text())
+    assert {k: len(v) for k, v in document["curves"].items()} == {"float32": 4, "mixed_bfloat16": 4}
+    assert all(math.isfinite(v) for curve in document["curves"].values() for v in curve)
 
 
 @pytest.mark.parametrize("module", [flops, model_matmuls])

@@ -10,7 +10,7 @@ import pytest
 from numpy_reference import random_official_params, vit_forward
 
 import keras_vit
-from keras_vit import convert
+from keras_vit import convert, model_parts
 
 
 @pytest.fixture
@@ -95,7 +95,7 @@ def test_hybrid_rebuild_call_loads_the_written_file(tmp_path, images, capsys):
     assert call.startswith("keras_vit.ViT(image_size=(32, 32), patch_size=16, hybrid={'block_units': (1, 1, 1), "
                            "'width': 32}, hidden_size=32, num_layers=2"), call
     rebuilt = eval(call, {"keras_vit": keras_vit})
-    assert rebuilt.get_layer("resnet_stem").block_units == (1, 1, 1)
+    assert model_parts.resnet_stem(rebuilt).block_units == (1, 1, 1)
     direct = keras_vit.ViT(weights=source)  # same default softmax as the printed call
     np.testing.assert_allclose(rebuilt.predict(images, verbose=0), direct.predict(images, verbose=0),
                                rtol=1e-5, atol=1e-5)

@@ -318,9 +318,7 @@ def test_logits_head_serves_logits_and_softmax_scores(tmp_path):
 
 
 def test_imagenet_head_gets_the_package_class_names(tmp_path):
-    preprocessing = pytest.importorskip("keras_vit.preprocessing")
-    if not hasattr(preprocessing, "class_names"):
-        pytest.skip("keras_vit.preprocessing.class_names is not there yet")
+    from keras_vit import preprocessing
     path = export_saved_model(tiny_vit(num_layers=1, classes=1000), tmp_path / "in1k")
     with open(os.path.join(path, "assets", "labels.txt"), encoding="utf-8") as file:
         labels = file.read().split("\n")[:-1]

@@ -5,6 +5,7 @@ import pytest
 from scipy.linalg import lstsq
 
 import keras_vit
+from keras_vit import model_parts
 from training import fewshot
 
 
@@ -65,7 +66,7 @@ def test_representation_is_what_the_head_reads(tiny, images, classifier):
     for weight in model.weights:
         weight.assign(rng.normal(size=weight.shape).astype("float32") * 0.2)
     features = np.asarray(fewshot.representation_model(model)(images))
-    head = model.get_layer("head")
+    head = model_parts.head(model)
     np.testing.assert_allclose(
         features @ np.asarray(head.kernel) + np.asarray(head.bias), model.predict(images, verbose=0), atol=1e-5
     )
@@ -80,8 +81,6 @@ def test_representation_pools_a_token_sequence_model(tiny, images):
 
 
 def test_cli_prints_accuracy_per_shot_count_on_digits(tiny, tmp_path, capsys):
-    pytest.importorskip("sklearn")
-    pytest.importorskip("training.data")
     model_path = str(tmp_path / "tiny.keras")
     keras_vit.ViT(**{**tiny, "classes": 10}).save(model_path)
     assert fewshot.main(["--model", model_path, "--dataset", "digits", "--shots", "1,5", "--seeds", "2",

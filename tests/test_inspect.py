@@ -12,7 +12,7 @@ from numpy_reference import layer_norm
 from test_layers import _block_params as official_block_params  # block weights under the .npz names
 
 import keras_vit
-from keras_vit import inspect
+from keras_vit import inspect, model_parts
 
 
 def _softmax(x):
@@ -153,10 +153,10 @@ def test_attention_probabilities_match_numpy_and_leave_the_model_unchanged(tiny,
     assert [p.shape for p in probabilities] == [(2, 4, tokens, tokens)] * 2
     for p in probabilities:
         np.testing.assert_allclose(p.sum(-1), 1.0, atol=1e-5)
-    embed = keras.Model(model.input, model.get_layer("encoder_block_0").input)
+    embed = keras.Model(model.input, model_parts.encoder_blocks(model)[0].input)
     x = np.asarray(embed(images), dtype=np.float64)
     for i, p in enumerate(probabilities):
-        block = official_block_params(model.get_layer(f"encoder_block_{i}"))
+        block = official_block_params(model_parts.encoder_blocks(model)[i])
         mha = {k.split("/", 1)[1]: v for k, v in block.items() if k.startswith("MultiHeadDotProductAttention_1/")}
         _, expected = reference_attention(layer_norm(x, block["LayerNorm_0/scale"], block["LayerNorm_0/bias"]), mha)
         np.testing.assert_allclose(p, expected, atol=2e-5)

@@ -3,11 +3,13 @@
 import keras
 import numpy as np
 import pytest
-from harness import assert_layer_round_trip
+from harness import run_layer_test
 from numpy_reference import attention, encoder_block
 
+from keras_vit import layers
 from keras_vit.layers import DropPath, MultiHeadSelfAttention, PatchEncoder, Patches, TokenPooling, TransformerBlock
 from keras_vit.layers.attention import heads_first_attention
+from keras_vit.layers.resnet import PreActResNetUnit, ResNetStem, ResNetUnit, StdConv2D
 
 
 def np_(x):
@@ -191,24 +193,79 @@ def test_token_pooling_modes():
         TokenPooling("token", num_prefix_tokens=0)
 
 
-@pytest.mark.parametrize(
-    "layer, shape",
-    [
-        (Patches(8), (2, 16, 16, 3)),
-        (PatchEncoder(8, use_class_token=True, dropout_rate=0.1), (2, 4, 12)),
-        (PatchEncoder(8, use_class_token=False), (2, 4, 12)),
-        (TransformerBlock(4, 64, dropout_rate=0.1, attention_dropout_rate=0.1, drop_path_rate=0.1,
-                          layer_norm_epsilon=1e-5, gelu_approximate=False), (2, 5, 32)),
-        (MultiHeadSelfAttention(4, attention_dropout_rate=0.2), (2, 5, 32)),
-        (DropPath(0.2, seed=3), (2, 5, 32)),
-        (TokenPooling("max", 1), (2, 5, 32)),
-    ],
-    ids=lambda v: type(v).__name__ if not isinstance(v, tuple) else None,
-)
-def test_layer_round_trips(layer, shape, tmp_path):
-    inputs = np.random.default_rng(7).standard_normal(shape).astype("float32")
-    assert_layer_round_trip(layer, inputs, tmp_path)
+# (layer class, constructor arguments, input shape, output shape, trainable weights, non-trainable weights):
+# the shared harness runs on each (tests/harness.py: `run_layer_test`).
+LAYER_CASES = [
+    (Patches, dict(patch_size=8), (2, 16, 16, 3), (2, 4, 192), 0, 0),
+    # projection kernel and bias, class token, position embedding
+    (PatchEncoder, dict(hidden_size=8, use_class_token=True, dropout_rate=0.1), (2, 4, 12), (2, 5, 8), 4, 0),
+    (PatchEncoder, dict(hidden_size=8, use_class_token=False), (2, 4, 12), (2, 4, 8), 3, 0),
+    # 2 LayerNorms (2 each), query/key/value/out (kernel, bias), 2 MLP Dense (kernel, bias)
+    (TransformerBlock, dict(num_heads=4, mlp_dim=64, dropout_rate=0.1, attention_dropout_rate=0.1,
+                            drop_path_rate=0.1, layer_norm_epsilon=1e-5, gelu_approximate=False),
+     (2, 5, 32), (2, 5, 32), 16, 0),
+    (MultiHeadSelfAttention, dict(num_heads=4, attention_dropout_rate=0.2), (2, 5, 32), (2, 5, 32), 8, 0),
+    (DropPath, dict(rate=0.2, seed=3), (2, 5, 32), (2, 5, 32), 0, 0),
+    (TokenPooling, dict(mode="max", num_prefix_tokens=1), (2, 5, 32), (2, 32), 0, 0),
+    (TokenPooling, dict(mode="token"), (2, 5, 32), (2, 32), 0, 0),
+    (StdConv2D, dict(filters=4, kernel_size=3, strides=2), (2, 8, 8, 3), (2, 4, 4, 4), 1, 0),
+    # conv1..3, gn1..3 (gamma, beta); with the projection also conv_proj, gn_proj
+    (ResNetUnit, dict(filters=4, groups=2), (2, 8, 8, 16), (2, 8, 8, 16), 9, 0),
+    (ResNetUnit, dict(filters=8, strides=2, groups=4), (2, 8, 8, 16), (2, 4, 4, 32), 12, 0),
+    # conv_root, gn_root, then two projecting units
+    (ResNetStem, dict(block_units=(1, 1), width=8, groups=4), (2, 32, 32, 3), (2, 4, 4, 64), 27, 0),
+    # gn1..3, conv1..3, conv_proj (no GroupNorm on BiT's shortcut)
+    (PreActResNetUnit, dict(filters=8, strides=2, groups=4), (2, 8, 8, 8), (2, 4, 4, 32), 10, 0),
+]
 
+
+@pytest.mark.parametrize(
+    "layer_cls, kwargs, input_shape, output_shape, trainable, non_trainable", LAYER_CASES,
+    ids=[f"{case[0].__name__}-{i}" for i, case in enumerate(LAYER_CASES)],
+)
+def test_layer_harness(layer_cls, kwargs, input_shape, output_shape, trainable, non_trainable, tmp_path):
+    inputs = np.random.default_rng(7).standard_normal(input_shape).astype("float32")
+    run_layer_test(layer_cls, kwargs, inputs, output_shape, trainable, non_trainable, tmp_path=tmp_path, atol=1e-5)
+
+
+def test_every_public_layer_runs_the_harness():
+    tested = {case[0] for case in LAYER_CASES}
+    assert {getattr(layers, name) for name in layers.__all__} <= tested
+
+
+
+class _Buggy(keras.layers.Layer):
+    """A layer with the bugs the harness is there to find, one switched on at a time."""
+
+    def __init__(self, bug, **kwargs):
+        super().__init__(**kwargs)
+        self.bug = bug
+        self.dense = keras.layers.Dense(4, dtype=None if bug == "sublayer_policy" else self.dtype_policy)
+
+    def build(self, input_shape):
+        self.dense.build(input_shape)
+        self.unused = self.add_weight(shape=(2,), name="unused") if self.bug == "unused_weight" else None
+
+    def call(self, x):
+        return self.dense(x)
+
+    def compute_output_shape(self, input_shape):
+        return (*input_shape[:-1], 5 if self.bug == "output_shape" else 4)
+
+    def get_config(self):
+        return {**super().get_config(), "bug": self.bug}
+
+
+@pytest.mark.parametrize("bug, match", [
+    ("output_shape", "compute_output_shape|symbolic output shape"),
+    ("unused_weight", "no gradient reaches"),
+    ("sublayer_policy", "output dtype float32 under mixed_bfloat16|sublayers not under mixed_bfloat16"),
+])
+@pytest.mark.filterwarnings("ignore:Gradients do not exist")
+def test_the_harness_finds_layer_bugs(bug, match):
+    trainable = 3 if bug == "unused_weight" else 2
+    with pytest.raises(AssertionError, match=match):
+        run_layer_test(_Buggy, dict(bug=bug), np.ones((2, 3), "float32"), (2, 4), trainable)
 
 def test_get_config_holds_exactly_the_constructor_arguments():
     import inspect

@@ -9,7 +9,7 @@ import scipy.ndimage
 from numpy_reference import random_official_params, vit_forward
 
 import keras_vit
-from keras_vit import loading
+from keras_vit import loading, model_parts
 from keras_vit.checkpoints import npz
 
 ARCH = dict(patch_size=8, hidden_size=32, num_layers=2, num_heads=4, mlp_dim=64)
@@ -94,7 +94,7 @@ def test_every_spelling_loads_exactly(tmp_path, images, spelling):
 def test_gap_classifier_with_pre_logits(tmp_path, images):
     params = random_official_params(np.random.default_rng(2), classifier="gap", representation_size=16)
     model = keras_vit.ViT(weights=_write(tmp_path, params), classifier_activation=None)
-    assert model.get_layer("pre_logits").units == 16
+    assert model_parts.pre_logits(model).units == 16
     assert "cls" not in loading.read_checkpoint(_write(tmp_path, params)).params
     ref = _reference(params, images, classifier="gap")
     assert _rel_err(model.predict(images, verbose=0), ref) < 1e-4
@@ -120,7 +120,7 @@ def test_new_classes_get_a_zero_head_and_a_message(tmp_path, images, caplog):
     with caplog.at_level(logging.INFO, logger="keras_vit"):
         model = keras_vit.ViT(weights=_write(tmp_path, params), classes=3)
     assert "The checkpoint has 5 classes and the model 3 classes: the head is new and zero-initialised" in caplog.text
-    head = model.get_layer("head")
+    head = model_parts.head(model)
     assert head.units == 3 and not np.any(head.kernel.numpy()) and not np.any(head.bias.numpy())
     np.testing.assert_allclose(model.predict(images, verbose=0), np.full((2, 3), 1 / 3), atol=1e-6)
 
@@ -139,12 +139,12 @@ def test_pre_logits_are_dropped_for_a_new_head_unless_asked_for(tmp_path, caplog
     path = _write(tmp_path, params)
     with caplog.at_level(logging.INFO, logger="keras_vit"):
         model = keras_vit.ViT(weights=path, classes=3)
-    assert "pre_logits" not in [layer.name for layer in model.layers]
+    assert model_parts.pre_logits(model) is None
     assert "Skipped pre_logits/bias, pre_logits/kernel: fine-tuning with a new head drops pre_logits" in caplog.text
     kept = keras_vit.ViT(weights=path, classes=3, representation_size=16)
-    np.testing.assert_array_equal(kept.get_layer("pre_logits").kernel.numpy(), params["pre_logits/kernel"])
+    np.testing.assert_array_equal(model_parts.pre_logits(kept).kernel.numpy(), params["pre_logits/kernel"])
     same = keras_vit.ViT(weights=path)
-    np.testing.assert_array_equal(same.get_layer("pre_logits").bias.numpy(), params["pre_logits/bias"])
+    np.testing.assert_array_equal(model_parts.pre_logits(same).bias.numpy(), params["pre_logits/bias"])
 
 
 def test_raw_imagenet21k_zero_head_warns(tmp_path):
@@ -154,7 +154,7 @@ def test_raw_imagenet21k_zero_head_warns(tmp_path):
     path = _write(tmp_path, params)
     with pytest.warns(UserWarning, match="all zeros.*fine-tune"):
         model = keras_vit.ViT(weights=path)
-    assert model.get_layer("pre_logits").units == 32
+    assert model_parts.pre_logits(model).units == 32
     import warnings
 
     with warnings.catch_warnings():
@@ -172,7 +172,7 @@ def test_fine_tune_at_a_new_resolution(tmp_path, caplog):
     file_posemb = params["Transformer/posembed_input/pos_embedding"]
     grid = file_posemb[0, 1:].reshape(4, 4, -1).astype("float64")
     expected = scipy.ndimage.zoom(grid, (6 / 4, 5 / 4, 1), order=1).reshape(1, 30, -1)
-    posemb = model.get_layer("patch_encoder").position_embedding.numpy()
+    posemb = model_parts.patch_encoder(model).position_embedding.numpy()
     np.testing.assert_array_equal(posemb[:, :1], file_posemb[:, :1])
     np.testing.assert_allclose(posemb[:, 1:], expected, atol=1e-6)
     # The network at 48x40 is the numpy forward with the scipy-resampled embedding and the new zero head.
@@ -183,9 +183,9 @@ def test_fine_tune_at_a_new_resolution(tmp_path, caplog):
         [file_posemb[:, :1], expected], axis=1)}
     assert _rel_err(features, _reference(resampled, images, include_top=False)) < 1e-4
     model.compile(optimizer="sgd", loss=__import__("keras").losses.SparseCategoricalCrossentropy(from_logits=True))
-    before = model.get_layer("head").kernel.numpy().copy()
+    before = model_parts.head(model).kernel.numpy().copy()
     loss = model.train_on_batch(images, np.array([0, 2]))
-    assert np.isfinite(loss) and np.any(model.get_layer("head").kernel.numpy() != before)
+    assert np.isfinite(loss) and np.any(model_parts.head(model).kernel.numpy() != before)
 
 
 def test_bicubic_option(tmp_path, caplog):
@@ -193,7 +193,7 @@ def test_bicubic_option(tmp_path, caplog):
     with caplog.at_level(logging.INFO, logger="keras_vit"):
         model = keras_vit.ViT(weights=_write(tmp_path, params), image_size=48, pos_embed_interpolation="bicubic")
     assert "(bicubic" in caplog.text
-    assert model.get_layer("patch_encoder").position_embedding.shape == (1, 37, 32)
+    assert model_parts.patch_encoder(model).position_embedding.shape == (1, 37, 32)
 
 
 def _drop(params, key):

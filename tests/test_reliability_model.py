@@ -16,7 +16,7 @@ import pytest
 from numpy_reference import random_official_params
 
 import keras_vit
-from keras_vit import applications, convert, loading
+from keras_vit import applications, convert, loading, model_parts
 from keras_vit.layers import TransformerBlock
 
 MIB = 1 << 20
@@ -94,8 +94,8 @@ def test_numerics_are_checked_before_a_checkpoint_is_read():
 
 def test_valid_numerics_still_build(tiny):
     model = keras_vit.ViT(**tiny, layer_norm_epsilon=1e-12, gelu_approximate=False, pos_embed_interpolation="bicubic")
-    assert model.get_layer("encoder_norm").epsilon == 1e-12
-    assert model.get_layer("encoder_block_0").gelu_approximate is False
+    assert model_parts.encoder_norm(model).epsilon == 1e-12
+    assert model_parts.encoder_blocks(model)[0].gelu_approximate is False
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -141,7 +141,7 @@ def test_a_safetensors_file_with_nan_is_refused(tmp_path):
 
 def test_a_weights_h5_with_nan_is_refused_and_the_model_kept(tmp_path, tiny):
     source = keras_vit.ViT(**tiny)
-    gamma = source.get_layer("encoder_norm").gamma
+    gamma = model_parts.encoder_norm(source).gamma
     gamma.assign(np.where(np.arange(32) == 4, np.nan, np.array(gamma)).astype("float32"))
     path = str(tmp_path / "damaged.weights.h5")
     source.save_weights(path)
@@ -277,7 +277,7 @@ def test_a_huge_skipped_member_is_never_decompressed(tmp_path, tiny):
     path = _npz_with_zeros(tmp_path, {f"opt/target/{k}": v for k, v in params.items()}, "opt/state/momentum")
     model = keras_vit.ViT(**tiny)
     assert _peak_bytes(lambda: loading.load_weights(model, path)) < 200 * MIB
-    np.testing.assert_array_equal(np.array(model.get_layer("encoder_norm").beta),
+    np.testing.assert_array_equal(np.array(model_parts.encoder_norm(model).beta),
                                   params["Transformer/encoder_norm/bias"])
 
 

@@ -9,6 +9,7 @@ from harness import assert_layer_round_trip, assert_model_round_trip
 from numpy_reference import random_official_params, vit_forward
 
 import keras_vit
+from keras_vit import model_parts
 from keras_vit.checkpoints.resnet_names import canonical_resnet_array, is_resnet_key, resnet_targets
 from keras_vit.layers.resnet import ResNetStem, ResNetUnit, StdConv2D
 from keras_vit.variants import VARIANTS
@@ -268,20 +269,20 @@ def _official_params_of(model):
     """The model's weights in the official layout: ViT part read by attribute, ResNet via resnet_targets."""
     from test_layers import _block_params
 
-    enc = model.get_layer("patch_encoder")
+    enc = model_parts.patch_encoder(model)
     channels = enc.projection.kernel.shape[0]
     params = {
         "embedding/kernel": np_(enc.projection.kernel).reshape(1, 1, channels, -1),
         "embedding/bias": np_(enc.projection.bias), "cls": np_(enc.class_token),
         "Transformer/posembed_input/pos_embedding": np_(enc.position_embedding),
-        "Transformer/encoder_norm/scale": np_(model.get_layer("encoder_norm").gamma),
-        "Transformer/encoder_norm/bias": np_(model.get_layer("encoder_norm").beta),
-        "head/kernel": np_(model.get_layer("head").kernel), "head/bias": np_(model.get_layer("head").bias),
+        "Transformer/encoder_norm/scale": np_(model_parts.encoder_norm(model).gamma),
+        "Transformer/encoder_norm/bias": np_(model_parts.encoder_norm(model).beta),
+        "head/kernel": np_(model_parts.head(model).kernel), "head/bias": np_(model_parts.head(model).bias),
     }
     for i in range(TINY_HYBRID["num_layers"]):
-        for k, v in _block_params(model.get_layer(f"encoder_block_{i}")).items():
+        for k, v in _block_params(model_parts.encoder_blocks(model)[i]).items():
             params[f"Transformer/encoderblock_{i}/{k}"] = v
-    params.update({k: np_(v) for k, v in resnet_targets(model.get_layer("resnet_stem")).items()})
+    params.update({k: np_(v) for k, v in resnet_targets(model_parts.resnet_stem(model)).items()})
     return {k: np.asarray(v, "float64") for k, v in params.items()}
 
 
@@ -294,8 +295,8 @@ def test_hybrid_vit_layers_and_numpy_forward(images):
     model = keras_vit.ViT(**TINY_HYBRID, hybrid=TINY_STEM, classifier_activation=None)
     names = [layer.name for layer in model.layers]
     assert names[:4] == ["images", "resnet_stem", "patches", "patch_encoder"]
-    assert model.get_layer("patches").patch_size == 1
-    assert model.get_layer("patch_encoder").position_embedding.shape == (1, 5, 32)  # 2x2 grid + [class]
+    assert model_parts.patches(model).patch_size == 1
+    assert model_parts.patch_encoder(model).position_embedding.shape == (1, 5, 32)  # 2x2 grid + [class]
     rng = np.random.default_rng(5)
     model.set_weights([rng.standard_normal(w.shape).astype("float32") * 0.2 for w in model.get_weights()])
     expected = _reference_logits(_official_params_of(model), images)
@@ -312,7 +313,7 @@ def test_hybrid_vit_round_trips_and_every_weight_gets_a_gradient(images, tmp_pat
     with tf.GradientTape() as tape:
         loss = keras.ops.sum(model(images, training=True) * np.arange(5, dtype="float32"))
     grads = tape.gradient(loss, model.trainable_variables)
-    stem_vars = {id(v) for v in model.get_layer("resnet_stem").trainable_variables}
+    stem_vars = {id(v) for v in model_parts.resnet_stem(model).trainable_variables}
     for var, grad in zip(model.trainable_variables, grads):
         if id(var) in stem_vars:
             assert grad is not None and np.any(np_(grad) != 0), var.path
@@ -321,7 +322,7 @@ def test_hybrid_vit_round_trips_and_every_weight_gets_a_gradient(images, tmp_pat
 def test_hybrid_vit_under_mixed_precision(images):
     keras.config.set_dtype_policy("mixed_bfloat16")
     model = keras_vit.ViT(**TINY_HYBRID, hybrid=TINY_STEM)
-    stem = model.get_layer("resnet_stem")
+    stem = model_parts.resnet_stem(model)
     assert stem.conv_root.kernel.dtype == "float32" and stem.compute_dtype == "bfloat16"
     out = np_(model(images))
     assert out.dtype == np.float32 and np.all(np.isfinite(out))
@@ -353,8 +354,8 @@ def test_r50_b16_parameter_count_matches_the_official_architecture():
     model = keras_vit.ViT_R50_B16(weights=None)
     assert model.name == "vit_r50_b16"
     assert model.count_params() == r50_vit_count(image=224) == 98_659_112
-    assert model.get_layer("resnet_stem").output.shape == (None, 14, 14, 1024)
-    assert model.get_layer("patch_encoder").position_embedding.shape == (1, 197, 768)
+    assert model_parts.resnet_stem(model).output.shape == (None, 14, 14, 1024)
+    assert model_parts.patch_encoder(model).position_embedding.shape == (1, 197, 768)
     assert "R50+ViT-B/16" in keras_vit.ViT_R50_B16.__doc__
 
 
@@ -371,7 +372,7 @@ def test_hybrid_loads_an_official_layout_npz_exactly(images, tmp_path, gn_shape_
     path = tmp_path / "R50+ViT-tiny.npz"
     np.savez(path, **params)
     model = keras_vit.ViT(hybrid=TINY_STEM, weights=str(path), classifier_activation=None)
-    assert model.get_layer("resnet_stem").get_config()["block_units"] == [2, 1, 1]
+    assert model_parts.resnet_stem(model).get_config()["block_units"] == [2, 1, 1]
     expected = _reference_logits({k: canonical_resnet_array(k, v).astype("float64") for k, v in params.items()},
                                  images)
     np.testing.assert_allclose(model.predict(images, verbose=0), expected, rtol=1e-4, atol=1e-4)

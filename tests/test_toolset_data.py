@@ -68,15 +68,23 @@ def test_download_path_fails_on_the_network_not_on_a_missing_module(tmp_path):
     assert "Network is unreachable" in message and "--data_dir" in message
 
 
+def _requirements(text):
+    return [re.split(r"[<>=!~ ;\[]", line.strip())[0].lower().replace("-", "_")
+            for line in text.splitlines() if line.strip() and not line.strip().startswith("#")]
+
+
 def test_setup_cfg_declares_what_the_download_path_imports():
     config = configparser.ConfigParser()
     config.read(os.path.join(ROOT, "setup.cfg"))
-    required = [re.split(r"[<>=!~ ;\[]", line.strip())[0].lower().replace("-", "_")
-                for line in config["options"]["install_requires"].splitlines()
-                if line.strip() and not line.strip().startswith("#")]
-    assert "importlib_resources" in required
+    extras = config["options.extras_require"]
+    for extra in ("train", "test"):  # the training app's extra, and the tests that run the app
+        assert {"tensorflow_datasets", "importlib_resources"} <= set(_requirements(extras[extra])), extra
+    # the model library itself needs neither (the app is not part of the package)
+    assert _requirements(config["options"]["install_requires"]) == ["keras", "numpy", "absl_py"]
+    # and installs the library only: the app runs from a checkout (docs/PACKAGING.md)
+    assert _requirements(config["options.packages.find"]["include"]) == ["keras_vit", "keras_vit.*"]
     with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
-        assert re.search(r"^\| importlib_resources \|", f.read(), re.M)
+        assert re.search(r"^\| importlib_resources \(extra `train`, also in `test`\) \|", f.read(), re.M)
 
 
 # --- 2. folder datasets: what was expected and what was found --------------------------------------------
@@ -177,25 +185,11 @@ def test_reviewed_entries_resolve_by_name(key):
     assert key[1] in weights.names_for(key[0])
 
 
-def _readme_weights_rows():
+def test_readme_weights_table_is_the_one_generated_from_the_code():
+    """README's table is `keras_vit.weights.markdown_table()` (tests/test_weights.py checks its rows)."""
     with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
         text = f.read()
-    rows = {}
-    for match in re.finditer(r"^\| (\w+) \| `([^`]+)`[^|]*\| `([^`]+)` \| (\d+) \| (\d+) \| [^|]+ \| ([^|]+) \|$",
-                             text, re.M):
-        variant, name, path, size, classes, top1 = match.groups()
-        rows[(variant, name)] = (path, int(size), int(classes), top1.strip())
-    return rows
-
-
-def test_readme_weights_table_matches_the_code():
-    rows = _readme_weights_rows()
-    assert set(rows) == set(weights.WEIGHTS)  # every entry listed, none invented
-    for key, entry in weights.WEIGHTS.items():
-        path, size, classes, top1 = rows[key]
-        assert (path, size, classes) == (entry.path, entry.image_size, entry.classes), key
-        if entry.imagenet_top1 is not None:
-            assert top1.startswith(f"{entry.imagenet_top1:g}"), key
+    start, end = weights.readme_region(text)
+    assert text[start:end] == weights.markdown_table(), "run `python -m keras_vit.weights --readme README.md`"
     for key, (path, size, classes, top1) in REVIEWED.items():
-        assert rows[key][:3] == (path, size, classes)
-    assert rows[("R50_B16", "imagenet21k+imagenet2012")][3].startswith("85.08")
+        assert f"| {key[0]} | `{key[1]}`" in text and f"| `{path}` | {size} | {classes} |" in text

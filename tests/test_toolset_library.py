@@ -18,7 +18,7 @@ import pytest
 from numpy_reference import random_official_params, vit_forward
 
 import keras_vit
-from keras_vit import convert, loading, weights
+from keras_vit import convert, loading, model_parts, weights
 from keras_vit.applications import build_model
 from keras_vit.variants import VARIANTS, Variant
 
@@ -171,7 +171,7 @@ def test_build_model_names_a_class_keras_cannot_find(tmp_path):
     keras.Model(inputs, Mystery()(inputs)).save(tmp_path / "custom.keras")
     saved = keras.saving.get_custom_objects().pop("toolset_test>Mystery")  # as in a process that never imported it
     try:
-        with pytest.raises(ValueError) as caught:
+        with pytest.raises(ValueError, match="it uses 'Mystery'") as caught:
             build_model(str(tmp_path / "custom.keras"))
     finally:
         keras.saving.get_custom_objects()["toolset_test>Mystery"] = saved
@@ -328,8 +328,8 @@ def test_a_root_only_hybrid_checkpoint_loads_exactly(tmp_path, images):
     np.savez(path, **params)
     model = keras_vit.ViT(hybrid=dict(block_units=(), width=8, groups=4), weights=str(path),
                           classifier_activation=None)
-    assert model.get_layer("resnet_stem").block_units == () and model.input_shape == (None, 32, 32, 3)
-    assert model.get_layer("patches").patch_size == 1
+    assert model_parts.resnet_stem(model).block_units == () and model.input_shape == (None, 32, 32, 3)
+    assert model_parts.patches(model).patch_size == 1
     params64 = {k: v.astype("float64") for k, v in params.items()}
     expected = vit_forward(params64, numpy_stem(params64, images.astype("float64"), (), 4))
     np.testing.assert_allclose(model.predict(images, verbose=0), expected, rtol=1e-4, atol=1e-4)

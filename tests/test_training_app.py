@@ -127,7 +127,6 @@ def test_mixed_precision_step(tmp_path, precision):
 
 @pytest.mark.slow
 def test_augmentations_and_export_run(tmp_path):
-    pytest.importorskip("keras_vit.export")
     result = train(tmp_path, "--steps=3", "--randaugment=2,10", "--mixup=0.2", "--cutmix=1.0",
                    "--label_smoothing=0.1", "--show_predictions=3", "--image_size=16", timeout=400)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -151,13 +150,14 @@ def test_finetune_recipe_loads_weights_resamples_and_zeroes_the_new_head(tmp_pat
     import keras
 
     import keras_vit  # noqa: F401  (registers the layers)
+    from keras_vit import model_parts
 
     model = keras.saving.load_model(tmp_path / "run" / "model.keras")
-    np.testing.assert_array_equal(model.get_layer("encoder_norm").gamma.numpy(),
+    np.testing.assert_array_equal(model_parts.encoder_norm(model).gamma.numpy(),
                                   params["Transformer/encoder_norm/scale"])
-    head = model.get_layer("head")
+    head = model_parts.head(model)
     assert head.kernel.shape == (16, 10) and not np.any(head.kernel.numpy()) and not np.any(head.bias.numpy())
-    position = model.get_layer("patch_encoder").position_embedding.numpy()
+    position = model_parts.patch_encoder(model).position_embedding.numpy()
     assert position.shape == (1, 17, 16)  # 2x2 grid at 8 resampled to 4x4 at 16, plus the class token
     np.testing.assert_array_equal(position[0, 0], params["Transformer/posembed_input/pos_embedding"][0, 0])
 

@@ -1,6 +1,7 @@
 """training.data and training.augment: sources, preprocessing, determinism, resumption, sharding, padding."""
 
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -136,6 +137,11 @@ def test_missing_tfds_dataset_explains_how_to_prepare_it_without_downloading(tmp
     assert "--data_dir" in str(info.value)
     assert not any(tmp_path.rglob("*.tfrecord*"))
 
+
+def test_without_tensorflow_datasets_a_tfds_name_says_how_to_install_it(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "tensorflow_datasets", None)  # as in an install without the `train` extra
+    with pytest.raises(data.DatasetNotFoundError, match=r"not installed: `pip install -e \"\.\[train\]\"`"):
+        data.make_dataset("cifar10", "train", data_dir=str(tmp_path))
 
 def test_tfds_dataset_through_mock_data():
     import tensorflow_datasets as tfds

@@ -8,6 +8,7 @@ from harness import assert_model_round_trip
 from numpy_reference import vit_forward
 
 import keras_vit
+from keras_vit import model_parts
 from keras_vit.variants import VARIANTS
 
 # Golden counts from docs/REFERENCE.md (1000 classes, 224, token classifier).
@@ -57,24 +58,24 @@ def test_model_matches_independent_numpy_forward(tiny, images, classifier, appro
                           gelu_approximate=approximate)
     rng = np.random.default_rng(1)
     model.set_weights([rng.standard_normal(w.shape).astype("float32") * 0.2 for w in model.get_weights()])
-    enc = model.get_layer("patch_encoder")
+    enc = model_parts.patch_encoder(model)
     params = {
         "embedding/kernel": enc.projection.kernel.numpy().reshape(8, 8, 3, 32),
         "embedding/bias": enc.projection.bias.numpy(),
         "Transformer/posembed_input/pos_embedding": enc.position_embedding.numpy(),
-        "Transformer/encoder_norm/scale": model.get_layer("encoder_norm").gamma.numpy(),
-        "Transformer/encoder_norm/bias": model.get_layer("encoder_norm").beta.numpy(),
-        "pre_logits/kernel": model.get_layer("pre_logits").kernel.numpy(),
-        "pre_logits/bias": model.get_layer("pre_logits").bias.numpy(),
-        "head/kernel": model.get_layer("head").kernel.numpy(),
-        "head/bias": model.get_layer("head").bias.numpy(),
+        "Transformer/encoder_norm/scale": model_parts.encoder_norm(model).gamma.numpy(),
+        "Transformer/encoder_norm/bias": model_parts.encoder_norm(model).beta.numpy(),
+        "pre_logits/kernel": model_parts.pre_logits(model).kernel.numpy(),
+        "pre_logits/bias": model_parts.pre_logits(model).bias.numpy(),
+        "head/kernel": model_parts.head(model).kernel.numpy(),
+        "head/bias": model_parts.head(model).bias.numpy(),
     }
     if classifier == "token":
         params["cls"] = enc.class_token.numpy()
     from test_layers import _block_params
 
     for i in range(2):
-        for k, v in _block_params(model.get_layer(f"encoder_block_{i}")).items():
+        for k, v in _block_params(model_parts.encoder_blocks(model)[i]).items():
             params[f"Transformer/encoderblock_{i}/{k}"] = v
     params = {k: np.asarray(v, "float64") for k, v in params.items()}
     expected = vit_forward(params, images.astype("float64"), classifier=classifier, approximate_gelu=approximate)
@@ -100,7 +101,7 @@ def test_input_tensor_and_preprocessing(tiny):
     inputs = keras.Input((32, 32, 3))
     model = keras_vit.ViT(**tiny, input_tensor=inputs, include_preprocessing=True)
     assert model.inputs[0] is inputs
-    assert model.get_layer("preprocessing") is not None
+    assert model_parts.preprocessing(model) is not None
     plain = keras_vit.ViT(**tiny)
     plain.set_weights(model.get_weights())
     raw = np.random.default_rng(0).uniform(0, 255, (2, 32, 32, 3)).astype("float32")
@@ -166,13 +167,13 @@ def test_mixed_precision(tiny, images, policy):
     keras.config.set_dtype_policy(policy)
     model = keras_vit.ViT(**tiny, classifier_activation=None)
     model.set_weights(reference.get_weights())
-    block = model.get_layer("encoder_block_0")
+    block = model_parts.encoder_blocks(model)[0]
     assert block.compute_dtype == policy.split("_")[1]
     assert block.attention.query.kernel.dtype == "float32"  # variables stay float32
-    assert model.get_layer("head").compute_dtype == "float32"
+    assert model_parts.head(model).compute_dtype == "float32"
     out = model(images)
     assert keras.backend.standardize_dtype(out.dtype) == "float32"
-    tokens = model.get_layer("encoder_norm")
+    tokens = model_parts.encoder_norm(model)
     assert tokens.compute_dtype == policy.split("_")[1]
     np.testing.assert_allclose(out, reference(images), rtol=0.1, atol=0.05)
     model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))

@@ -55,6 +55,107 @@ def test_table_values_from_the_upstream_tables():
     assert weights.get_entry("L16", "imagenet21k+imagenet2012_224").path == "imagenet21k+imagenet2012/ViT-L_16-224.npz"
 
 
+# The resolved table as it was before it became one literal list (copied from its output): every entry, its
+# fields and its order (the order of `all_names()` and of the error messages). A change here is a change of
+# the published table, to be made on purpose in both places.
+PINNED_TABLE = [
+    # (variant, name, path, image_size, classes, representation_size, imagenet_top1, top1_source), in table order
+    ('B16', 'imagenet21k', 'imagenet21k/ViT-B_16.npz',
+     224, 21843, 768, None, 'n/a: raw ImageNet-21k head, fine-tune first'),
+    ('B16', 'imagenet21k+imagenet2012', 'imagenet21k+imagenet2012/ViT-B_16.npz',
+     384, 1000, None, 83.97, 'paper Table 5'),
+    ('B32', 'imagenet21k', 'imagenet21k/ViT-B_32.npz',
+     224, 21843, 768, None, 'n/a: raw ImageNet-21k head, fine-tune first'),
+    ('B32', 'imagenet21k+imagenet2012', 'imagenet21k+imagenet2012/ViT-B_32.npz',
+     384, 1000, None, 81.28, 'paper Table 5'),
+    ('L16', 'imagenet21k', 'imagenet21k/ViT-L_16.npz',
+     224, 21843, 1024, None, 'n/a: raw ImageNet-21k head, fine-tune first'),
+    ('L16', 'imagenet21k+imagenet2012', 'imagenet21k+imagenet2012/ViT-L_16.npz',
+     384, 1000, None, 85.15, 'paper Table 5'),
+    ('L32', 'imagenet21k', 'imagenet21k/ViT-L_32.npz',
+     224, 21843, 1024, None, 'n/a: raw ImageNet-21k head, fine-tune first'),
+    ('L32', 'imagenet21k+imagenet2012', 'imagenet21k+imagenet2012/ViT-L_32.npz',
+     384, 1000, None, 80.99, 'paper Table 5'),
+    ('H14', 'imagenet21k', 'imagenet21k/ViT-H_14.npz',
+     224, 21843, 1280, None, 'n/a: raw ImageNet-21k head, fine-tune first'),
+    ('R50_B16', 'imagenet21k', 'imagenet21k/R50+ViT-B_16.npz',
+     224, 21843, 768, None, 'n/a: raw ImageNet-21k head, fine-tune first'),
+    ('R50_B16', 'imagenet21k+imagenet2012', 'imagenet21k+imagenet2012/R50+ViT-B_16.npz',
+     384, 1000, None, 85.08, 'google-research/vision_transformer issue 39'),
+    ('B16', 'imagenet21k+imagenet2012_224', 'imagenet21k+imagenet2012/ViT-B_16-224.npz',
+     224, 1000, None, 81.2, 'vision_transformer README'),
+    ('L16', 'imagenet21k+imagenet2012_224', 'imagenet21k+imagenet2012/ViT-L_16-224.npz',
+     224, 1000, None, 82.7, 'vision_transformer README'),
+    ('Ti16', 'augreg_in21k', 'augreg/Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0.npz',
+     224, 21843, None, None, 'see upstream'),
+    ('Ti16', 'augreg_in21k_ft_in1k',
+     'augreg/Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0--imagenet2012-steps_20k-lr_0.03-res_384.npz',
+     384, 1000, None, 78.22, 'vision_transformer README (AugReg)'),
+    ('S32', 'augreg_in21k', 'augreg/S_32-i21k-300ep-lr_0.001-aug_none-wd_0.1-do_0.0-sd_0.0.npz',
+     224, 21843, None, None, 'see upstream'),
+    ('S32', 'augreg_in21k_ft_in1k',
+     'augreg/S_32-i21k-300ep-lr_0.001-aug_none-wd_0.1-do_0.0-sd_0.0--imagenet2012-steps_20k-lr_0.01-res_384.npz',
+     384, 1000, None, 79.58, 'vision_transformer README (AugReg)'),
+    ('S16', 'augreg_in21k', 'augreg/S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0.npz',
+     224, 21843, None, None, 'see upstream'),
+    ('S16', 'augreg_in21k_ft_in1k',
+     'augreg/S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0--imagenet2012-steps_20k-lr_0.03-res_384.npz',
+     384, 1000, None, 83.73, 'vision_transformer README (AugReg)'),
+    ('B32', 'augreg_in21k', 'augreg/B_32-i21k-300ep-lr_0.001-aug_light1-wd_0.1-do_0.0-sd_0.0.npz',
+     224, 21843, None, None, 'see upstream'),
+    ('B32', 'augreg_in21k_ft_in1k',
+     'augreg/B_32-i21k-300ep-lr_0.001-aug_light1-wd_0.1-do_0.0-sd_0.0--imagenet2012-steps_20k-lr_0.01-res_384.npz',
+     384, 1000, None, 83.59, 'vision_transformer README (AugReg)'),
+    ('B16', 'augreg_in21k', 'augreg/B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0.npz',
+     224, 21843, None, None, 'see upstream'),
+    ('B16', 'augreg_in21k_ft_in1k',
+     'augreg/B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0--imagenet2012-steps_20k-lr_0.03-res_384.npz',
+     384, 1000, None, 85.49, 'vision_transformer README (AugReg)'),
+    ('B8', 'augreg_in21k', 'augreg/B_8-i21k-300ep-lr_0.001-aug_medium2-wd_0.1-do_0.0-sd_0.0.npz',
+     224, 21843, None, None, 'see upstream'),
+    ('B8', 'augreg_in21k_ft_in1k',
+     'augreg/B_8-i21k-300ep-lr_0.001-aug_medium2-wd_0.1-do_0.0-sd_0.0--imagenet2012-steps_20k-lr_0.03-res_224.npz',
+     224, 1000, None, 85.58, 'vision_transformer AugReg colab'),
+    ('L16', 'augreg_in21k', 'augreg/L_16-i21k-300ep-lr_0.001-aug_strong1-wd_0.1-do_0.0-sd_0.0.npz',
+     224, 21843, None, None, 'see upstream'),
+    ('L16', 'augreg_in21k_ft_in1k',
+     'augreg/L_16-i21k-300ep-lr_0.001-aug_strong1-wd_0.1-do_0.0-sd_0.0--imagenet2012-steps_20k-lr_0.01-res_384.npz',
+     384, 1000, None, 85.59, 'vision_transformer README (AugReg)'),
+    ('Ti16', 'augreg_in21k_ft_in1k_224',
+     'augreg/Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0--imagenet2012-steps_20k-lr_0.03-res_224.npz',
+     224, 1000, None, None, 'see upstream'),
+    ('S32', 'augreg_in21k_ft_in1k_224',
+     'augreg/S_32-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0--imagenet2012-steps_20k-lr_0.03-res_224.npz',
+     224, 1000, None, None, 'see upstream'),
+    ('S16', 'augreg_in21k_ft_in1k_224',
+     'augreg/S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0--imagenet2012-steps_20k-lr_0.03-res_224.npz',
+     224, 1000, None, None, 'see upstream'),
+    ('B32', 'augreg_in21k_ft_in1k_224',
+     'augreg/B_32-i21k-300ep-lr_0.001-aug_medium1-wd_0.03-do_0.0-sd_0.0--imagenet2012-steps_20k-lr_0.03-res_224.npz',
+     224, 1000, None, None, 'see upstream'),
+    ('B16', 'augreg_in21k_ft_in1k_224',
+     'augreg/B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0--imagenet2012-steps_20k-lr_0.01-res_224.npz',
+     224, 1000, None, None, 'see upstream'),
+    ('B8', 'augreg_in21k_ft_in1k_224',
+     'augreg/B_8-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0--imagenet2012-steps_20k-lr_0.01-res_224.npz',
+     224, 1000, None, None, 'see upstream'),
+    ('L16', 'augreg_in21k_ft_in1k_224',
+     'augreg/L_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1--imagenet2012-steps_20k-lr_0.01-res_224.npz',
+     224, 1000, None, None, 'see upstream'),
+]
+
+
+def test_the_resolved_table_is_the_pinned_one():
+    resolved = [(e.variant, e.name, e.path, e.image_size, e.classes, e.representation_size, e.imagenet_top1,
+                 e.top1_source) for e in weights.WEIGHTS.values()]
+    assert resolved == PINNED_TABLE
+    assert list(weights.WEIGHTS) == [(variant, name) for variant, name, *_ in PINNED_TABLE]
+    assert len(weights.PUBLISHED) == len(weights.WEIGHTS)  # no (variant, name) twice in the literal list
+    for entry in weights.WEIGHTS.values():
+        assert (entry.sha256, entry.gelu_approximate, entry.layer_norm_epsilon, entry.preprocessing) == (
+            None, True, 1e-6, "inception"), entry
+
+
 def test_constructor_defaults_are_the_documented_best_checkpoints():
     for key, variant in VARIANTS.items():
         constructor = getattr(keras_vit, variant.constructor_name)
@@ -175,3 +276,34 @@ def test_raw_imagenet21k_b16_has_the_golden_count_and_warns(monkeypatch):
     with pytest.warns(UserWarning, match="all zeros"):
         model = keras_vit.ViT_B16(weights="imagenet21k")
     assert model.count_params() == 103_186_515  # docs/REFERENCE.md
+
+
+def test_markdown_table_has_one_row_per_entry_with_its_fields():
+    rows = {}
+    for line in weights.markdown_table().splitlines()[2:]:
+        variant, name, path, size, classes, pre_logits, top1, notes = [c.strip() for c in line.strip("|").split(" | ")]
+        key = (variant, re.fullmatch(r"`([^`]+)`( \(default\))?", name).group(1))
+        assert key not in rows
+        rows[key] = (path.strip("`"), int(size), int(classes), pre_logits, top1, notes, name.endswith("(default)"))
+    assert list(rows) == sorted(weights.WEIGHTS, key=lambda k: list(VARIANTS).index(k[0]))  # by variant, stable
+    for key, entry in weights.WEIGHTS.items():
+        path, size, classes, pre_logits, top1, notes, default = rows[key]
+        assert (path, size, classes) == (entry.path, entry.image_size, entry.classes)
+        assert pre_logits == ("-" if entry.representation_size is None else str(entry.representation_size))
+        assert top1 == (entry.top1_source if entry.imagenet_top1 is None
+                        else f"{entry.imagenet_top1:g}, {entry.top1_source}")
+        assert notes == (entry.notes or "-") and default == (weights.DEFAULT_WEIGHTS[key[0]] == key[1])
+
+
+def test_the_readme_table_is_rewritten_and_checked_between_its_markers(tmp_path, capsys):
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n{weights.README_BEGIN}\n| stale |\n{weights.README_END}\nafter\n")
+    assert weights.main(["--check", str(readme)]) == 1
+    assert "out of date" in capsys.readouterr().out
+    assert weights.main(["--readme", str(readme)]) == 0
+    assert readme.read_text() == (f"intro\n{weights.README_BEGIN}\n{weights.markdown_table()}{weights.README_END}"
+                                  "\nafter\n")
+    assert weights.main(["--check", str(readme)]) == 0
+    readme.write_text("no markers\n")
+    with pytest.raises(ValueError, match="has no generated weights table"):
+        weights.main(["--check", str(readme)])

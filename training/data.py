@@ -377,7 +377,9 @@ def eval_image(image, size):
 
 def to_model_range(images):
     """[0, 255] -> [-1, 1] (x / 127.5 - 1), the preprocessing of the published ViT checkpoints."""
-    return tf.cast(images, tf.float32) / 127.5 - 1.0
+    from keras_vit import preprocessing
+
+    return preprocessing.to_model_range(tf.cast(images, tf.float32))
 
 
 def pad_eval_batches(ds: tf.data.Dataset, batch_size: int, num_batches: int) -> tf.data.Dataset:
@@ -568,9 +570,23 @@ def _folder_source(root: str, split: str, skip_files: frozenset = frozenset()) -
     return Source(elements, _decode_file, len(paths), len(class_names), class_names)
 
 
-def _tfds_builder(name: str, data_dir: str | None):
-    import tensorflow_datasets as tfds
+def _tfds():
+    """`tensorflow_datasets`, or a DatasetNotFoundError saying how to install it (it is the `train` extra)."""
+    try:
+        import tensorflow_datasets as tfds
+    except ModuleNotFoundError as error:
+        if error.name != "tensorflow_datasets":
+            raise
+        raise DatasetNotFoundError(
+            "tensorflow-datasets datasets need the package tensorflow-datasets, which is not installed: "
+            "`pip install -e \".[train]\"` in the repository (or `pip install tensorflow-datasets "
+            "importlib_resources`). 'digits' and 'folder:PATH' need no tensorflow-datasets."
+        ) from None
+    return tfds
 
+
+def _tfds_builder(name: str, data_dir: str | None):
+    tfds = _tfds()
     try:
         return tfds.builder(name, data_dir=data_dir)
     except Exception as error:  # tfds raises several types for unknown names
@@ -581,8 +597,7 @@ def _tfds_builder(name: str, data_dir: str | None):
 
 
 def _tfds_source(name: str, split: str, data_dir: str | None, download: bool) -> Source:
-    import tensorflow_datasets as tfds
-
+    tfds = _tfds()
     builder = _tfds_builder(name, data_dir)
     if download:
         try:

@@ -145,13 +145,14 @@ def representation_model(model):
 
     from keras_vit.layers import TokenPooling
 
-    names = {layer.name for layer in model.layers}
-    for name in ("pre_logits", "pooling"):
-        if name in names:
-            return keras.Model(model.input, model.get_layer(name).output, name=f"{model.name}_representation")
+    from keras_vit import model_parts
+
+    for layer in (model_parts.pre_logits(model), model_parts.pooling(model)):
+        if layer is not None:
+            return keras.Model(model.input, layer.output, name=f"{model.name}_representation")
     if len(model.output.shape) == 2:
         return model
-    prefix = model.get_layer("patch_encoder").num_prefix_tokens
+    prefix = model_parts.patch_encoder(model).num_prefix_tokens
     pooled = TokenPooling("token" if prefix else "avg", prefix, name="pooling")(model.output)
     return keras.Model(model.input, pooled, name=f"{model.name}_representation")
 
@@ -169,11 +170,13 @@ def load_representation_model(model, weights=None, image_size=None, classifier=N
 
 def representations(model, dataset):
     """(features (N, D) float32, labels (N,)) of a finite dataset of ([-1, 1] images, labels) batches."""
-    raw_pixels = any(layer.name == "preprocessing" for layer in model.layers)
+    from keras_vit import preprocessing
+
+    raw_pixels = preprocessing.scales_own_input(model)
     features, labels = [], []
     for images, batch_labels in dataset:
         if raw_pixels:  # the model scales [0, 255] itself
-            images = (images + 1.0) * 127.5
+            images = preprocessing.from_model_range(images)
         features.append(np.asarray(model.predict_on_batch(images), dtype=np.float32))
         labels.append(np.asarray(batch_labels))
     return np.concatenate(features), np.concatenate(labels)

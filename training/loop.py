@@ -31,11 +31,12 @@ Robustness:
 
 Outputs (in `cfg.workdir`, written by the chief): `config.json`, `checkpoints/`, `tensorboard/`,
 `metrics.json`, `model.keras` (with its class names in `model.labels.txt`, which `python -m keras_vit.export`
-reads), `export/1/` (SavedModel, when `keras_vit.export` is available).
+reads), `export/1/` (the TF Serving SavedModel, unless `--export=false`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -194,6 +195,8 @@ class _Run:
                 f"this run's config, or use another --workdir."
             ) from error
         self._config_history = list(old.get(HISTORY_KEY, []))
+        # A field newer than that config.json (e.g. augment_library) had its default there, as in `Config.from_json`.
+        old = {**{f.name: f.default for f in dataclasses.fields(Config)}, **old}
         new = json.loads(self.cfg.to_json())
         changed = {k: (old.get(k), new[k]) for k in new if old.get(k) != new[k] and k not in RESUMABLE_CHANGES}
         fixed = sorted(set(changed) - OPTIMISATION_CHANGES)
@@ -337,7 +340,8 @@ class _Run:
     def _train_dataset(self, start_step):
         cfg = self.cfg
         transform = augment.make_batch_transform(
-            self.num_classes, cfg.randaugment, cfg.mixup, cfg.cutmix, seed=cfg.seed + 1_000_003 * start_step
+            self.num_classes, cfg.randaugment, cfg.mixup, cfg.cutmix, seed=cfg.seed + 1_000_003 * start_step,
+            library=cfg.augment_library,
         )
 
         def dataset_fn(context):
@@ -554,11 +558,8 @@ class _Run:
 
     def _export(self, model):
         """Exports a TF Serving SavedModel to WORKDIR/export/1 and returns a classifier that uses it."""
-        try:
-            from keras_vit import export
-        except ImportError:
-            self._print(f"keras_vit.export is not available; saved {self.cfg.workdir}/model.keras only")
-            return None
+        from keras_vit import export  # part of the package: a failing import is a bug to see, not to skip
+
         path = export.export_saved_model(model, os.path.join(self.cfg.workdir, "export"), version=1,
                                          labels=list(self.class_names), overwrite=True, model_name="vit")
         self._print(f"exported a SavedModel for TF Serving to {path}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import keras
 
 import keras_vit
+from keras_vit import model_parts
 
 
 def build_model(cfg, num_classes: int) -> keras.Model:
@@ -34,7 +35,7 @@ def build_model(cfg, num_classes: int) -> keras.Model:
         name=name,
         **cfg.model_kwargs(),
     )
-    head = model.get_layer("head")
+    head = model_parts.head(model)
     if cfg.zero_head:
         head.kernel.assign(keras.ops.zeros_like(head.kernel))
         head.bias.assign(keras.ops.zeros_like(head.bias))

@@ -30,7 +30,9 @@ from keras_vit.layers import StdConv2D
 DECAYED_KERNEL_LAYERS = (keras.layers.Dense, keras.layers.EinsumDense, keras.layers.Conv2D, StdConv2D)
 
 
-@keras.saving.register_keras_serializable(package="keras_vit")
+# Registered under the app's own package name: "keras_vit>" is the library's (keras_vit.layers), and the app is
+# not part of the installed package.
+@keras.saving.register_keras_serializable(package="keras_vit_training")
 class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
     """Linear warm-up to `peak`, then `decay` ("linear" | "cosine" | "constant") to 0 at `total_steps`.
 
@@ -72,6 +74,10 @@ class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
     def get_config(self):
         return dict(peak=self.peak, total_steps=self.total_steps, warmup_steps=self.warmup_steps, decay=self.decay)
 
+
+# Files saved before the rename name it "keras_vit>WarmupSchedule": that name still loads it (new files are
+# written with "keras_vit_training>WarmupSchedule").
+keras.saving.get_custom_objects()["keras_vit>WarmupSchedule"] = WarmupSchedule
 
 MAX_WARMUP_SHARE = 0.25  # a longer warm-up leaves too little of the run to decay in
 CLAMPED_WARMUP_SHARE = 0.1

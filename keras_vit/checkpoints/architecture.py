@@ -3,8 +3,11 @@
 A checkpoint carries no config, but its shapes fix everything that matters: the patch embedding kernel
 (P, P, C, D) gives the patch size, channels and width; the blocks give depth, heads (query kernel
 (D, heads, head_dim)) and MLP width; `cls` means the token classifier; `pre_logits` its representation
-size; `head` its classes; the position embedding the training resolution. `ViT(weights=...)` builds from
-this and `variant_name()` names the published variant it matches, for error messages.
+size; `head` its classes; the position embedding the training resolution; the query/key/value biases, or
+their absence, `qkv_bias`. `variant_name()` names the published variant it matches, for error messages.
+
+`resolve_arguments` is the step of `keras_vit.ViT(weights=...)` between reading a checkpoint and building the
+model: it fills the arguments the caller left at None from the checkpoint and refuses those that contradict it.
 
 Example:
     >>> import numpy as np
@@ -20,11 +23,19 @@ Example:
 """
 
 import dataclasses
+import logging
 import math
 import re
 
+import numpy as np
+
+from keras_vit import variants
 from keras_vit.checkpoints.canonical import Checkpoint
-from keras_vit.variants import VARIANTS
+
+log = logging.getLogger("keras_vit")
+
+QKV_BIAS_KEYS = tuple(f"MultiHeadDotProductAttention_1/{name}/bias" for name in ("query", "key", "value"))
+"""The official keys (below `Transformer/encoderblock_{i}/`) that `qkv_bias=False` models lack."""
 
 
 def _stem_stride(block_units) -> int:
@@ -33,7 +44,7 @@ def _stem_stride(block_units) -> int:
     return stem_stride(block_units)
 
 
-def _named_stem(stem: dict):
+def named_stem(stem: dict):
     """`"r50"` when the stem is the paper's R50, else the dict of `ResNetStem` arguments."""
     from keras_vit.layers.resnet import RESNET_STEMS
 
@@ -59,6 +70,8 @@ class CheckpointArchitecture:
     grid: tuple[int, int] | None
     hybrid: dict | None
     """The hybrid's ResNet stem as read from the file: dict(block_units=(...), width=...), or None."""
+    qkv_bias: bool = True
+    """Whether the file holds query/key/value biases (timm and Hugging Face files without them read as zeros)."""
 
     @property
     def num_prefix_tokens(self) -> int:
@@ -79,16 +92,13 @@ class CheckpointArchitecture:
         args = dict(patch_size=self.stride, hidden_size=self.hidden_size, num_layers=self.num_layers,
                     num_heads=self.num_heads, mlp_dim=self.mlp_dim)
         if self.hybrid:
-            args["hybrid"] = _named_stem(self.hybrid)
+            args["hybrid"] = named_stem(self.hybrid)
         return args
 
     def variant_name(self) -> str | None:
         """The published variant with this architecture (`"vit_b16"`, ...), or None."""
-        args = self.model_arguments()
-        for variant in VARIANTS.values():
-            if variant.architecture() == args:
-                return variant.model_name
-        return None
+        variant = variants.find_variant(self.model_arguments())
+        return None if variant is None else variant.model_name
 
     def describe(self) -> str:
         """One line, e.g. `vit_b16 (patch 16, D=768, 12 layers, 12 heads, MLP 3072), token, 1000 classes`."""
@@ -97,8 +107,9 @@ class CheckpointArchitecture:
         extra = f", pre_logits {self.representation_size}" if self.representation_size else ""
         hybrid = f" with ResNet stem {self.hybrid}" if self.hybrid else ""
         size = f", trained at {self.image_size[0]}x{self.image_size[1]}" if self.image_size else ""
+        bias = "" if self.qkv_bias else ", no query/key/value biases"
         return (f"{name}{hybrid} (patch {self.stride}, D={self.hidden_size}, {self.num_layers} layers, "
-                f"{self.num_heads} heads, MLP {self.mlp_dim}, {self.channels} channels), {self.classifier} "
+                f"{self.num_heads} heads, MLP {self.mlp_dim}, {self.channels} channels{bias}), {self.classifier} "
                 f"classifier, {head}{extra}{size}")
 
 
@@ -155,7 +166,19 @@ def infer(checkpoint: Checkpoint) -> CheckpointArchitecture:
         classes=None if head is None else int(head.shape[-1]),
         grid=(side, side) if side * side == num_patches and side > 0 else None,
         hybrid=stem,
+        qkv_bias=f"Transformer/encoderblock_0/{QKV_BIAS_KEYS[0]}" in params,
     )
+
+
+def qkv_bias_keys(params) -> list[str]:
+    """The query/key/value bias keys of a canonical checkpoint's blocks."""
+    return [key for key in params if key.startswith("Transformer/encoderblock_") and key.endswith(QKV_BIAS_KEYS)]
+
+
+def qkv_biases_are_zero(params) -> bool:
+    """Whether every query/key/value bias is zero: what the timm and Hugging Face readers fill in for a model
+    built without them (the same computation as no bias)."""
+    return not any(np.any(np.asarray(params[key])) for key in qkv_bias_keys(params))
 
 
 def _stem(params) -> dict | None:
@@ -176,3 +199,133 @@ def _stem(params) -> dict | None:
     # No units: a root-only stem (`resnet.num_layers = ()` in the official configs), which ResNetStem(block_units=())
     # builds: conv_root, gn_root, relu, max pool (stride 4).
     return dict(block_units=tuple(len(units[s]) for s in sorted(units)), width=int(root.shape[-1]))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The `keras_vit.ViT` arguments a checkpoint implies
+
+
+def resolve_arguments(arguments: dict, checkpoint: Checkpoint, entry=None, label=None) -> dict:
+    """The `keras_vit.ViT` arguments to build `checkpoint`'s model: the caller's, with every architecture argument
+    left at None taken from the checkpoint (then from the published entry, then from `variants.DEFAULTS`).
+
+    Args:
+        arguments: the caller's `keras_vit.ViT` arguments (without `weights`); None means "from the checkpoint".
+        checkpoint: the canonical checkpoint read from `label`.
+        entry: its `keras_vit.weights.WeightsEntry` for a published name (its image size), else None.
+        label: what the caller passed as `weights`, for messages.
+
+    Returns:
+        A new dict of arguments for the builder (`keras_vit.vit.build`).
+
+    Raises:
+        ValueError: an argument that contradicts the checkpoint (listing them all and describing the
+            checkpoint), a representation size other than its pre_logits width, or images with other channels.
+    """
+    label = checkpoint.path if label is None else label
+    arch = infer(checkpoint)
+    args = dict(arguments)
+    _resolve_architecture(args, arch, checkpoint, label)
+    _resolve_head(args, arch, label)
+    _resolve_numerics(args, checkpoint)
+    _resolve_input(args, arch, entry, label)
+    return args
+
+
+def _same_stem(requested, found: dict) -> bool:
+    from keras_vit.layers.resnet import RESNET_STEMS
+
+    stem = RESNET_STEMS.get(requested) if isinstance(requested, str) else requested
+    if not isinstance(stem, dict):
+        return False
+    return all(tuple(np.atleast_1d(stem[k])) == tuple(np.atleast_1d(found[k])) for k in found if k in stem)
+
+
+def _qkv_bias_conflict(given, arch: CheckpointArchitecture, checkpoint: Checkpoint) -> str | None:
+    """qkv_bias=False is refused for a checkpoint with (non-zero) biases, qkv_bias=True for one without."""
+    if given is None or given == arch.qkv_bias:
+        return None
+    if not given and qkv_biases_are_zero(checkpoint.params):
+        return None  # zero biases filled in by the reader for a bias-free model: the same computation
+    found = "query/key/value biases" if arch.qkv_bias else "no query/key/value biases"
+    return f"qkv_bias={given!r} (checkpoint: {found})"
+
+
+def _resolve_architecture(args: dict, arch: CheckpointArchitecture, checkpoint: Checkpoint, label) -> None:
+    """Fills unset architecture arguments from the checkpoint; raises on a conflict with set ones."""
+    conflicts = []
+    for key, value in arch.model_arguments().items():
+        given = args.get(key)
+        if given is None:
+            args[key] = value
+        elif key == "hybrid":
+            if not _same_stem(given, arch.hybrid):
+                conflicts.append(f"hybrid={given!r} (checkpoint stem: {arch.hybrid})")
+            args[key] = given  # keep the caller's spelling (it may carry GroupNorm groups)
+        elif given != value:
+            conflicts.append(f"{key}={given!r} (checkpoint: {value!r})")
+    if args.get("hybrid") is not None and arch.hybrid is None:
+        conflicts.append(f"hybrid={args['hybrid']!r} (checkpoint: a plain ViT without a ResNet stem)")
+    classifier = args.get("classifier")
+    if classifier is not None and classifier != arch.classifier:
+        conflicts.append(f"classifier={classifier!r} (checkpoint: {arch.classifier!r})")
+    args["classifier"] = arch.classifier
+    if (conflict := _qkv_bias_conflict(args.get("qkv_bias"), arch, checkpoint)) is not None:
+        conflicts.append(conflict)
+    if args.get("qkv_bias") is None:
+        args["qkv_bias"] = arch.qkv_bias
+    if conflicts:
+        raise ValueError(
+            f"The checkpoint does not match the requested architecture: {'; '.join(conflicts)}. "
+            f"The checkpoint looks like {arch.describe()}. Use the matching constructor or leave these arguments "
+            f"unset to take them from the checkpoint. Received: weights={label!r}"
+        )
+
+
+def _resolve_head(args: dict, arch: CheckpointArchitecture, label) -> None:
+    if not args.get("include_top", True):
+        args["representation_size"] = None
+        return
+    given = args.get("representation_size")
+    if given is not None and arch.representation_size is not None and given != arch.representation_size:
+        raise ValueError(
+            f"`representation_size={given}` does not match the checkpoint's pre_logits width "
+            f"{arch.representation_size}. Received: weights={label!r}"
+        )
+    if args.get("classes") is None:
+        args["classes"] = arch.classes or variants.DEFAULTS["classes"]
+    if given is None:
+        # A new head means fine-tuning, which drops pre_logits as the official code does (vit_jax
+        # `load_pretrained`, "drop-head variant"); representation_size=N keeps it.
+        new_head = arch.classes is not None and args["classes"] != arch.classes
+        args["representation_size"] = None if new_head else arch.representation_size
+
+
+def _resolve_numerics(args: dict, checkpoint: Checkpoint) -> None:
+    """GELU form and LayerNorm epsilon follow the source unless the caller set them."""
+    for key, value in (("gelu_approximate", checkpoint.gelu_approximate),
+                       ("layer_norm_epsilon", checkpoint.layer_norm_epsilon)):
+        if args.get(key) is None:
+            args[key] = value
+        elif args[key] != value:
+            log.warning("Using %s=%r although the %s checkpoint was trained with %r: outputs will differ from "
+                        "the source model.", key, args[key], checkpoint.source, value)
+
+
+def _resolve_input(args: dict, arch: CheckpointArchitecture, entry, label) -> None:
+    shape = args.get("input_shape")
+    tensor = args.get("input_tensor")
+    if shape is None and tensor is not None:
+        shape = tuple(tensor.shape[1:])
+    if shape is None:
+        size = args.get("image_size")
+        if size is None:
+            size = arch.image_size or (entry.image_size if entry else variants.DEFAULTS["image_size"])
+        height, width = (size, size) if isinstance(size, int) else tuple(size)
+        args["input_shape"] = (height, width, arch.channels)
+        return
+    if len(shape) == 3 and shape[-1] is not None and shape[-1] != arch.channels:
+        raise ValueError(
+            f"The checkpoint expects images with {arch.channels} channels (its patch embedding kernel is "
+            f"(P, P, {arch.channels}, D)). Received: input_shape={tuple(shape)}, weights={label!r}"
+        )

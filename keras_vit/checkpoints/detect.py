@@ -5,6 +5,7 @@ safetensors, the tensor names in its header.
     timm            a `.safetensors` file with timm names (`patch_embed.proj.weight`, `blocks.{i}.`)
     huggingface     a transformers ViT folder (config.json + model.safetensors), or such a `.safetensors` file
     keras_weights   an HDF5 file (`.weights.h5`) saved by Keras
+    keras_model     a Keras `.keras` archive (a zip, told from an `.npz` by its name)
 
 Nothing is unpickled: `.bin`, `.pth`, `.pt` and `.ckpt` files are refused with a hint to convert them.
 
@@ -21,7 +22,7 @@ import zipfile
 
 from keras_vit.checkpoints import huggingface, safetensors_file, timm
 
-FORMATS = ("official_npz", "timm", "huggingface", "keras_weights")
+FORMATS = ("official_npz", "timm", "huggingface", "keras_weights", "keras_model")
 
 _ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
 _HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
@@ -35,7 +36,7 @@ def detect_format(path) -> str:
         path: a file or a Hugging Face model folder.
 
     Returns:
-        `"official_npz"`, `"timm"`, `"huggingface"` or `"keras_weights"`.
+        `"official_npz"`, `"timm"`, `"huggingface"`, `"keras_weights"` or `"keras_model"`.
 
     Raises:
         ValueError: a missing path, a pickle-based or unknown file, or a truncated or corrupt one.
@@ -51,12 +52,17 @@ def detect_format(path) -> str:
             "Pickle-based PyTorch files are not read (unpickling runs arbitrary code); use the model's "
             f".safetensors file instead. Received: path={path!r}"
         )
+    if path.lower().endswith(".keras"):
+        return "keras_model"
     with open(path, "rb") as handle:
         head = handle.read(9)
     magic = head[:8]
     if magic.startswith(_ZIP_MAGIC) or path.lower().endswith(".npz"):
         if not zipfile.is_zipfile(path):
-            raise ValueError(f"The .npz file is truncated or corrupt (not a complete zip archive). Received: path={path!r}")
+            raise ValueError(
+                f"The .npz checkpoint {path!r} is truncated or corrupt (not a complete zip archive). If it was "
+                f"downloaded, delete it and download again. Received: path={path!r}"
+            )
         return "official_npz"
     if magic == _HDF5_MAGIC or path.lower().endswith(".h5"):
         _check_hdf5(path)

@@ -1,8 +1,9 @@
 """Official checkpoint keys <-> Keras variables of a keras_vit model, by explicit layer names.
 
-The one place that knows which Keras variable holds which official array. Layers are found by name
-(`patch_encoder`, `encoder_block_{i}`, `encoder_norm`, `pre_logits`, `head`, and `resnet_stem` for the
-hybrid, whose keys come from `keras_vit.checkpoints.resnet_names.resnet_targets`), never by position.
+The one place that knows which Keras variable holds which official array. Layers are found through
+`keras_vit.model_parts` (`patch_encoder`, `encoder_block_{i}`, `encoder_norm`, `pre_logits`, `head`, and
+`resnet_stem` for the hybrid, whose keys come from `keras_vit.checkpoints.resnet_names.resnet_targets`), never
+by position. A `qkv_bias=False` model has no query/key/value bias keys.
 Only one array changes shape on the way: the patch embedding kernel (P, P, C, D) becomes the Dense kernel
 (P*P*C, D) of `patch_encoder.projection` (a C-order reshape, matching the (row, column, channel) order of
 `Patches`). The position embedding may need resampling, which the loader does (`keras_vit.pos_embed`).
@@ -17,6 +18,8 @@ Example:
 
 import keras
 
+from keras_vit import model_parts
+
 RESHAPED_KEYS = ("embedding/kernel",)
 """Keys whose array is reshaped (same element order) to the variable's shape."""
 
@@ -30,15 +33,11 @@ _BLOCK = {
 }
 
 
-def _layer(model: keras.Model, name: str):
-    try:
-        return model.get_layer(name)
-    except ValueError:
-        return None
-
-
 def _dense(prefix: str, layer) -> dict:
-    return {f"{prefix}/kernel": layer.kernel, f"{prefix}/bias": layer.bias}
+    out = {f"{prefix}/kernel": layer.kernel}
+    if layer.bias is not None:  # an EinsumDense built without bias (`qkv_bias=False`)
+        out[f"{prefix}/bias"] = layer.bias
+    return out
 
 
 def block_targets(block, prefix: str) -> dict:
@@ -62,21 +61,19 @@ def targets(model: keras.Model) -> dict:
     Returns:
         dict official key -> `keras.Variable`.
     """
-    encoder = model.get_layer("patch_encoder")
+    encoder = model_parts.patch_encoder(model)
     out = _dense("embedding", encoder.projection)
     out[POSITION_EMBEDDING] = encoder.position_embedding
     if encoder.use_class_token:
         out["cls"] = encoder.class_token
-    i = 0
-    while (block := _layer(model, f"encoder_block_{i}")) is not None:
+    for i, block in enumerate(model_parts.encoder_blocks(model)):
         out.update(block_targets(block, f"Transformer/encoderblock_{i}"))
-        i += 1
-    norm = model.get_layer("encoder_norm")
+    norm = model_parts.encoder_norm(model)
     out["Transformer/encoder_norm/scale"], out["Transformer/encoder_norm/bias"] = norm.gamma, norm.beta
-    for name in ("pre_logits", "head"):
-        if (layer := _layer(model, name)) is not None:
+    for name, layer in (("pre_logits", model_parts.pre_logits(model)), ("head", model_parts.head(model))):
+        if layer is not None:
             out.update(_dense(name, layer))
-    if (stem := _layer(model, "resnet_stem")) is not None:
+    if (stem := model_parts.resnet_stem(model)) is not None:
         from keras_vit.checkpoints.resnet_names import resnet_targets
 
         out.update(resnet_targets(stem))

@@ -16,7 +16,8 @@ Example:
     >>> from keras_vit.checkpoints.resnet_names import resnet_targets
     >>> model = keras_vit.ViT(image_size=32, patch_size=16, hidden_size=32, num_layers=1, num_heads=2,
     ...                       mlp_dim=64, classes=5, hybrid=dict(block_units=(1, 1, 1), width=8, groups=4))
-    >>> targets = resnet_targets(model.get_layer("resnet_stem"))
+    >>> from keras_vit import model_parts
+    >>> targets = resnet_targets(model_parts.resnet_stem(model))
     >>> tuple(targets["conv_root/kernel"].shape)
     (7, 7, 3, 8)
 """
@@ -49,7 +50,7 @@ def resnet_targets(layer) -> dict:
     """Official key -> `keras.Variable` for every weight of a built `keras_vit.layers.ResNetStem`.
 
     Args:
-        layer: the model's `resnet_stem` layer (`model.get_layer("resnet_stem")`), built.
+        layer: the model's `resnet_stem` layer (`keras_vit.model_parts.resnet_stem(model)`), built.
 
     Returns:
         A dict covering every weight of the layer exactly once: `conv_root/kernel` (7, 7, C, width),

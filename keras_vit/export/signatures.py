@@ -16,6 +16,7 @@ import dataclasses
 import keras
 import tensorflow as tf
 
+from keras_vit import model_parts, preprocessing as vit_preprocessing
 from keras_vit.export import decode
 
 PREPROCESSING = ("auto", "vit", "none")
@@ -57,13 +58,12 @@ def inspect_model(model: keras.Model, preprocessing: str = "auto") -> ModelSpec:
             "(build it with `include_top=False, pooling='token'` or 'avg'). "
             f"Received a model with output_shape={output_shape}"
         )
-    layer_names = {layer.name for layer in model.layers}
-    has_head = "head" in layer_names
-    activation = keras.activations.serialize(model.get_layer("head").activation) if has_head else None
+    head = model_parts.head(model)
+    has_head = head is not None
+    activation = keras.activations.serialize(head.activation) if has_head else None
     if isinstance(activation, dict):
         activation = activation.get("config", {}).get("name", str(activation))
-    own_preprocessing = "preprocessing" in layer_names
-    scale = preprocessing == "vit" or (preprocessing == "auto" and not own_preprocessing)
+    scale = preprocessing == "vit" or (preprocessing == "auto" and not vit_preprocessing.scales_own_input(model))
     return ModelSpec(
         height=input_shape[1],
         width=input_shape[2],
@@ -97,7 +97,7 @@ def pixels_to_outputs(model, spec: ModelSpec, jit_compile: bool = False):
 
     def outputs(pixels):
         if spec.scale_inputs:
-            pixels = pixels / 127.5 - 1.0
+            pixels = vit_preprocessing.to_model_range(pixels)
         return tf.cast(forward(pixels), tf.float32)  # a no-op unless the policy is mixed precision
 
     return outputs

@@ -10,6 +10,8 @@ import dataclasses
 import keras
 import numpy as np
 
+from keras_vit import model_parts
+
 
 @dataclasses.dataclass(frozen=True)
 class TokenGeometry:
@@ -46,19 +48,6 @@ class _BlockWithAttention(keras.layers.Layer):
         return self.block(x, training=False, return_attention_scores=True)
 
 
-def _encoder_blocks(model):
-    names = {layer.name for layer in model.layers}
-    blocks = []
-    while f"encoder_block_{len(blocks)}" in names:
-        blocks.append(model.get_layer(f"encoder_block_{len(blocks)}"))
-    if not blocks:
-        raise ValueError(
-            "The model has no layer named `encoder_block_0`; pass a keras_vit model. "
-            f"Received: model with layers {sorted(names)[:8]}..."
-        )
-    return blocks
-
-
 def attention_model(model):
     """A functional model from the images to the attention probabilities of every block.
 
@@ -79,7 +68,7 @@ def attention_model(model):
         >>> [tuple(o.shape) for o in attention_model(model).outputs]
         [(None, 4, 17, 17), (None, 4, 17, 17)]
     """
-    blocks = _encoder_blocks(model)
+    blocks = model_parts.encoder_blocks(model)
     x = blocks[0].input
     probabilities = []
     for block in blocks:
@@ -138,8 +127,8 @@ def token_geometry(model):
     height, width = model.input_shape[1:3]
     if height is None or width is None:
         raise ValueError(f"The model needs a fixed input height and width. Received: input_shape={model.input_shape}")
-    prefix = model.get_layer("patch_encoder").num_prefix_tokens
-    tokens = _encoder_blocks(model)[0].input.shape[1]
+    prefix = model_parts.patch_encoder(model).num_prefix_tokens
+    tokens = model_parts.encoder_blocks(model)[0].input.shape[1]
     patches = tokens - prefix
     # The grid keeps the image's aspect ratio: rows / columns = H / W.
     rows = int(round(np.sqrt(patches * height / width)))

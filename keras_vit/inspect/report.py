@@ -6,6 +6,7 @@ import os
 
 import numpy as np
 
+from keras_vit import model_parts, preprocessing
 from keras_vit.inspect import plots
 from keras_vit.inspect.attention import attention_probabilities, token_geometry
 from keras_vit.inspect.distance import mean_attention_distance
@@ -24,17 +25,14 @@ FIGURES = {
 def model_inputs(model, images):
     """Images in [0, 255] as the model expects them: raw when it has its own `preprocessing` layer,
     otherwise scaled to [-1, 1] as all official checkpoints expect (x / 127.5 - 1)."""
-    images = np.asarray(images, dtype=np.float32)
-    if any(layer.name == "preprocessing" for layer in model.layers):
-        return images
-    return images / 127.5 - 1.0
+    return preprocessing.model_inputs(model, np.asarray(images, dtype=np.float32))
 
 
 def _patch_filters(model):
     """The embedding filters as images, or None when the patch embedding does not see pixels (hybrids)."""
-    patch_size = model.get_layer("patches").patch_size
+    patch_size = model_parts.patches(model).patch_size
     channels = model.input_shape[-1]
-    kernel = np.asarray(model.get_layer("patch_encoder").projection.kernel)
+    kernel = np.asarray(model_parts.patch_encoder(model).projection.kernel)
     if kernel.shape[0] != patch_size * patch_size * channels:
         return None
     return embedding_filters(kernel, patch_size, channels)
@@ -102,7 +100,7 @@ def write_report(model, images, out_dir, names=None, inputs=None):
     uniform = mean_attention_distance(np.full((1, 1, patches, patches), 1.0 / patches), geometry.grid_shape,
                                       geometry.patch_size)
     similarity = position_embedding_similarity(
-        np.asarray(model.get_layer("patch_encoder").position_embedding), geometry.grid_shape,
+        np.asarray(model_parts.patch_encoder(model).position_embedding), geometry.grid_shape,
         geometry.num_prefix_tokens)
     filters = _patch_filters(model)
 

@@ -323,3 +323,64 @@ class ResNetStem(keras.layers.Layer):
     def get_config(self):
         return {**super().get_config(), "block_units": list(self.block_units), "width": self.width,
                 "groups": self.groups}
+
+
+BIT_STAGE_UNITS = {"r50": (3, 4, 6, 3), "r101": (3, 4, 23, 3), "r152": (3, 8, 36, 3)}
+"""Units per stage of the BiT ResNet-v2 baselines (Kolesnikov et al. 2020, the paper's CNN, section 4.1)."""
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class PreActResNetUnit(ResNetUnit):
+    """The pre-activation (ResNet v2) bottleneck unit of BiT, the paper's ResNet baseline (section 4.1).
+
+    From google-research/big_transfer (`bit_tf2/models.py`, `BottleneckV2Unit`), with this module's
+    `StdConv2D` and GroupNorm: `gn1` -> relu gives the pre-activated input, which feeds both the residual
+    branch `conv1` 1x1 -> `gn2` -> relu -> `conv2` 3x3 (stride) -> `gn3` -> relu -> `conv3` 1x1 (4x filters) and,
+    when the channels or the stride change, the shortcut projection `conv_proj` 1x1 (stride); the output is
+    residual branch + shortcut, with no activation after the sum (the next unit, or BiT's pre-head norm,
+    normalises it). Unlike the v1 `ResNetUnit` it derives from (arguments, projection rule, output shape,
+    config), the norms come before the convolutions, `gn3` starts at scale one and the shortcut has no norm.
+
+    Args:
+        filters: bottleneck width; the unit outputs 4 * filters channels.
+        strides: stride of `conv2` and of the shortcut projection.
+        groups: GroupNorm groups (32 in BiT); the input channels and `filters` must be divisible by it.
+        **kwargs: base `keras.layers.Layer` arguments.
+
+    Example:
+        >>> import numpy as np
+        >>> tuple(PreActResNetUnit(8, strides=2, groups=4)(np.zeros((1, 16, 16, 8), "float32")).shape)
+        (1, 8, 8, 32)
+    """
+
+    def __init__(self, filters: int, strides: int = 1, groups: int = 32, **kwargs):
+        super().__init__(filters, strides=strides, groups=groups, **kwargs)
+        self.gn3.gamma_initializer = keras.initializers.get("ones")  # v1 zero-initialises it; BiT does not
+
+    def build(self, input_shape):
+        _check_groups("input channels", input_shape[-1], self.groups)
+        if self.needs_projection(input_shape[-1]):
+            self.conv_proj = StdConv2D(4 * self.filters, 1, strides=self.strides, name="conv_proj",
+                                       dtype=self.dtype_policy)
+            self.conv_proj.build(input_shape)
+        self.gn1.build(input_shape)
+        self.conv1.build(input_shape)
+        shape = self.conv1.compute_output_shape(input_shape)
+        self.gn2.build(shape)
+        self.conv2.build(shape)
+        shape = self.conv2.compute_output_shape(shape)
+        self.gn3.build(shape)
+        self.conv3.build(shape)
+
+    def call(self, inputs):
+        preact = ops.relu(self.gn1(inputs))
+        shortcut = inputs if self.conv_proj is None else self.conv_proj(preact)
+        y = self.conv1(preact)
+        y = self.conv2(ops.relu(self.gn2(y)))
+        y = self.conv3(ops.relu(self.gn3(y)))
+        return y + shortcut
+
+
+def group_norm(name, groups, dtype=None):
+    """The GroupNorm of these ResNets (Flax defaults: epsilon 1e-6) as a standalone layer, e.g. BiT's pre-head norm."""
+    return keras.layers.GroupNormalization(groups=groups, epsilon=GROUP_NORM_EPSILON, name=name, dtype=dtype)

@@ -1,0 +1,166 @@
+"""`BiT(...)` and `BiT_R50x1`: the paper's ResNet baseline, Big Transfer (Kolesnikov et al. 2020; ViT paper
+section 4.1, "ResNet (BiT)"), as a Keras Applications style model.
+
+A ResNet v2 (pre-activation bottlenecks) with Group Normalization and Weight Standardization, built from the
+layers of `keras_vit.layers.resnet` that the hybrid's stem uses (`StdConv2D`, its GroupNorm settings) plus the
+v2 unit `PreActResNetUnit`:
+
+    image -> root_conv (StdConv 7x7, stride 2, 64*w channels) -> root_pool (max 3x3, stride 2, "SAME")
+        -> stage s = 1..S of block_units[s-1] PreActResNetUnit `block{s}_unit{u}` (bottleneck 64*w*2**(s-1),
+           stride 1 in stage 1 and 2 after) -> pre_head_norm (GroupNorm) -> relu -> pooling (global mean)
+        -> head (Dense, zero-initialised as in BiT)
+
+Differences from the published BiT code, which do not change the architecture or the parameter count: the
+kernel standardisation adds its epsilon to the standard deviation (the ViT hybrid's `StdConv`, not BiT's
+`sqrt(var + 1e-10)`), GroupNorm's epsilon is Flax's 1e-6 and the root's max pool pads as "SAME". BiT's
+published checkpoints are not loaded (`weights` is None or a Keras `.weights.h5` / `.keras` file of the same
+architecture).
+
+Example:
+    >>> model = BiT(block_units=(1, 1), width=8, groups=4, input_shape=(32, 32, 3), classes=10)
+    >>> model.output_shape
+    (None, 10)
+"""
+
+import keras
+
+from keras_vit import validation
+from keras_vit.layers.resnet import BIT_STAGE_UNITS, PreActResNetUnit, StdConv2D, group_norm
+
+
+def _head_dtype():
+    policy = keras.config.dtype_policy()
+    return "float32" if policy.compute_dtype in ("float16", "bfloat16") else policy
+
+
+def _check_weights(weights):
+    if weights is None:
+        return
+    from keras_vit import loading
+
+    if not loading.is_keras_weights(weights):
+        raise ValueError(
+            "BiT checkpoints are not supported: `weights` must be None (random initialisation) or the path to a "
+            f"Keras `.weights.h5` or `.keras` file saved from a model of the same architecture. Received: weights={weights!r}"
+        )
+
+
+def BiT(
+    block_units=BIT_STAGE_UNITS["r50"],
+    width=64,
+    groups=32,
+    include_top=True,
+    weights=None,
+    input_tensor=None,
+    input_shape=None,
+    image_size=224,
+    pooling=None,
+    classes=1000,
+    classifier_activation="softmax",
+    include_preprocessing=False,
+    name=None,
+):
+    """Builds a BiT ResNet v2 (GroupNorm + Weight Standardization), the paper's CNN baseline.
+
+    Args:
+        block_units: pre-activation bottleneck units per stage; (3, 4, 6, 3) is ResNet-50 (`BIT_STAGE_UNITS`).
+        width: channels of the root convolution, 64 * the width factor (BiT-R50x1: 64, x3: 192).
+        groups: GroupNorm groups (32 in BiT); `width` must be divisible by it.
+        include_top: add the pre-head norm, the global average `pooling` and the `head`.
+        weights: None (random initialisation) or the path to a Keras `.weights.h5` / `.keras` file of a model
+            of the same architecture; published BiT checkpoints are refused with a `ValueError`.
+        input_tensor: optional Keras tensor to use as image input.
+        input_shape: (height, width, channels); overrides `image_size`.
+        image_size: int or (height, width), used when `input_shape` and `input_tensor` are None.
+        pooling: with `include_top=False`: None (the normalised feature map (B, h, w, C)), "avg" or "max".
+        classes: classes of the head.
+        classifier_activation: activation of the head ("softmax"; None for logits).
+        include_preprocessing: put the [0, 255] -> [-1, 1] scaling inside the model.
+        name: model name.
+
+    Returns:
+        A `keras.Model`. With a head, its representation (for few-shot evaluation) is the output of the
+        layer `pooling`, as for the ViT (`training.fewshot.representation_model`).
+
+    Example:
+        >>> model = BiT(block_units=(1,), width=8, groups=4, image_size=16, include_top=False, pooling="avg")
+        >>> model.output_shape
+        (None, 32)
+    """
+    _check_weights(weights)
+    units = tuple(block_units) if isinstance(block_units, (list, tuple)) else None
+    if not units or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in units):
+        raise ValueError(
+            f"`block_units` must be a non-empty sequence of positive integers. Received: block_units={block_units!r}"
+        )
+    validation.check_positive_int("width", width)
+    validation.check_positive_int("groups", groups)
+    if width % groups:
+        raise ValueError(f"`width` must be divisible by `groups` for GroupNorm. Received: width={width}, groups={groups}")
+    if include_top:
+        validation.check_positive_int("classes", classes)
+    if pooling not in (None, "avg", "max"):
+        raise ValueError(f"`pooling` must be None, 'avg' or 'max'. Received: pooling={pooling!r}")
+    shape = validation.resolve_input_shape(image_size, input_shape, input_tensor, 1)
+
+    if input_tensor is None:
+        inputs = keras.Input(shape=shape, name="images")
+    elif not keras.backend.is_keras_tensor(input_tensor):
+        raise ValueError(
+            "`input_tensor` must be a Keras tensor, e.g. `keras.Input(shape=(224, 224, 3))`. "
+            f"Received: input_tensor of type {type(input_tensor).__name__}"
+        )
+    else:
+        inputs = input_tensor
+    x = inputs
+    if include_preprocessing:
+        x = keras.layers.Rescaling(1.0 / 127.5, offset=-1.0, name="preprocessing")(x)
+    x = StdConv2D(width, 7, strides=2, name="root_conv")(x)
+    x = keras.layers.MaxPooling2D(pool_size=3, strides=2, padding="same", name="root_pool")(x)
+    for s, count in enumerate(units):
+        for u in range(count):
+            x = PreActResNetUnit(width * 2**s, strides=2 if (s > 0 and u == 0) else 1, groups=groups,
+                                 name=f"block{s + 1}_unit{u + 1}")(x)
+    x = group_norm("pre_head_norm", groups)(x)
+    x = keras.layers.Activation("relu", name="pre_head_relu")(x)
+    if include_top:
+        x = keras.layers.GlobalAveragePooling2D(name="pooling")(x)
+        x = keras.layers.Dense(classes, activation=classifier_activation, kernel_initializer="zeros", name="head",
+                               dtype=_head_dtype())(x)
+    elif pooling == "avg":
+        x = keras.layers.GlobalAveragePooling2D(name="pooling")(x)
+    elif pooling == "max":
+        x = keras.layers.GlobalMaxPooling2D(name="pooling")(x)
+    model_inputs = keras.utils.get_source_inputs(input_tensor) if input_tensor is not None else inputs
+    model = keras.Model(model_inputs, x, name=name or "bit")
+    if weights is not None:
+        model.load_weights(weights)
+    return model
+
+
+def BiT_R50x1(
+    include_top=True,
+    weights=None,
+    input_tensor=None,
+    input_shape=None,
+    pooling=None,
+    classes=1000,
+    classifier_activation="softmax",
+    name="bit_r50x1",
+    **kwargs,
+):
+    """Instantiates BiT-R50x1: ResNet-50 v2 with GroupNorm and Weight Standardization (the paper's baseline).
+
+    About 25.5M parameters with a 1000-class head. Keras Applications arguments; `weights` is None or a Keras
+    `.weights.h5` / `.keras` file (BiT's published checkpoints are not supported). `kwargs` go to `BiT`
+    (`image_size`, `include_preprocessing`, `groups`).
+
+    Example:
+        >>> BiT_R50x1(input_shape=(64, 64, 3), classes=10).output_shape
+        (None, 10)
+    """
+    return BiT(
+        block_units=BIT_STAGE_UNITS["r50"], width=64, include_top=include_top, weights=weights,
+        input_tensor=input_tensor, input_shape=input_shape, pooling=pooling, classes=classes,
+        classifier_activation=classifier_activation, name=name, **kwargs,
+    )

@@ -1,0 +1,314 @@
+"""The outputs of `training.experiments`: results.json, the paper-style figures, index.html and the reading.
+
+Figures (matplotlib, Agg): `data_size.png` (Figures 3-4: test and few-shot accuracy against the number of
+training images, log scale, error bars = std over seeds), `compute.png` (Figure 5: accuracy against training
+FLOPs, log scale) and `attention_distance.png` (Figure 7 right: one dot per head, mean attention distance
+against depth, one panel per model).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+
+import numpy as np
+
+from training import experiments
+
+FIGURES = {"data_size": "data_size.png", "compute": "compute.png", "attention_distance": "attention_distance.png"}
+_STYLE = {"vit": dict(marker="o", linestyle="-"), "bit": dict(marker="s", linestyle="--"),
+          "hybrid": dict(marker="P", linestyle="-.")}
+_COLOURS = {"vit_small": "#9ecae1", "vit_base": "#3182bd", "bit": "#636363", "hybrid": "#e6550d"}
+
+
+def outputs(studies) -> list[str]:
+    """The files `write` writes for `studies`."""
+    return ["results.json"] + [FIGURES[s] for s in experiments.STUDIES if s in studies] + ["index.html"]
+
+
+def _kind(model):
+    spec = experiments.MODELS[model]
+    return "hybrid" if spec.arguments.get("hybrid") else spec.family
+
+
+def _style(model):
+    return dict(_STYLE[_kind(model)], color=_COLOURS.get(model, "black"))
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_data_size(results, path):
+    """Figures 3-4 in miniature: test and linear few-shot accuracy [%] against training images (log)."""
+    plt = _pyplot()
+    study = experiments.data_size(results)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    shots = results["fewshot_shots"]
+    for model, row in study.items():
+        for axis, key in zip(axes, ("accuracy", "fewshot")):
+            mean, std = (100 * np.array(v) for v in zip(*row[key]))
+            axis.errorbar(row["train_examples"], mean, yerr=std, label=row["label"], capsize=3, markersize=5,
+                          **_style(model))
+    dataset = results["dataset"]
+    for axis, what in zip(axes, ("Test accuracy [%]", f"Linear {shots}-shot accuracy [%]")):
+        axis.set_xscale("log")
+        axis.set_xlabel(f"Training images ({dataset['name']} {dataset['train_split']} subsets)")
+        axis.set_ylabel(what)
+        axis.grid(True, which="both", alpha=0.3)
+    axes[0].legend(fontsize=8)
+    seeds = max(max(r["seeds"]) for r in study.values())
+    fig.suptitle(f"Accuracy against training-set size ({results['setup']['steps']} steps each; "
+                 f"error bars: std over {seeds} seeds)", fontsize=10)
+    return _save(fig, path)
+
+
+def plot_compute(results, path):
+    """Figure 5 in miniature: accuracy of the full-data runs against training FLOPs (log)."""
+    plt = _pyplot()
+    study = experiments.compute(results)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    shots = results["fewshot_shots"]
+    for axis, key in zip(axes, ("accuracy", "fewshot")):
+        vits = [m for m in study if _kind(m) == "vit"]
+        if len(vits) > 1:  # the ViT sizes as one family, as the paper's lines
+            order = sorted(vits, key=lambda m: study[m]["train_flops"])
+            axis.plot([study[m]["train_flops"] for m in order], [100 * study[m][key][0] for m in order],
+                      color=_COLOURS["vit_base"], alpha=0.4)
+        for model, row in study.items():
+            style = _style(model)
+            style.pop("linestyle")
+            axis.errorbar(row["train_flops"], 100 * row[key][0], yerr=100 * row[key][1], capsize=3, markersize=7,
+                          label=f"{row['label']} ({row['parameters'] / 1e3:.0f}k params)", linestyle="none",
+                          **style)
+        axis.set_xscale("log")
+        axis.set_xlabel("Training compute [FLOPs] (3 x forward x images seen)")
+        axis.set_ylabel("Test accuracy [%]" if key == "accuracy" else f"Linear {shots}-shot accuracy [%]")
+        axis.grid(True, which="both", alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.suptitle("Accuracy against training compute, full training split", fontsize=10)
+    return _save(fig, path)
+
+
+def plot_attention_distance(results, path):
+    """Figure 7 (right) in miniature: one panel per model, one dot per head, distance against depth."""
+    plt = _pyplot()
+    distances = experiments.attention_distance(results)
+    models = list(distances)
+    fig, axes = plt.subplots(1, max(1, len(models)), figsize=(4 * max(1, len(models)), 3.6), squeeze=False)
+    image_size = results["setup"]["image_size"]
+    top = max([float(np.max(d)) for d in distances.values()] + [results["uniform_attention_distance"], 1.0])
+    for axis, model in zip(axes[0], models):
+        d = distances[model]
+        layers, heads = d.shape
+        depth = np.repeat(np.arange(1, layers + 1), heads) + np.tile(np.linspace(-0.1, 0.1, heads), layers)
+        axis.scatter(depth, d.ravel(), c=np.tile(np.arange(heads), layers), cmap="tab10", vmin=0, vmax=9, s=24)
+        axis.axhline(results["uniform_attention_distance"], color="black", linestyle="--", linewidth=1,
+                     label="uniform attention")
+        axis.set_title(experiments.MODELS[model].label, fontsize=10)
+        axis.set_xlabel("Network depth (layer)")
+        axis.set_xticks(range(1, layers + 1))
+        axis.set_ylim(0, 1.1 * top)
+        axis.grid(True, alpha=0.3)
+    axes[0][0].set_ylabel("Mean attention distance (pixels)")
+    if models:
+        axes[0][0].legend(fontsize=8, loc="lower right")
+    else:
+        axes[0][0].text(0.5, 0.5, "no ViT or hybrid among the models", ha="center", transform=axes[0][0].transAxes)
+    fig.suptitle(f"Mean attention distance per head ({results['setup']['attention_images']} test images, "
+                 f"{image_size}x{image_size} pixels)", fontsize=10)
+    return _save(fig, path)
+
+
+def _save(fig, path):
+    import matplotlib.pyplot as plt
+
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+# --- the reading -------------------------------------------------------------------------------------------
+
+
+def _points(mean_std):
+    return 100 * mean_std[0]
+
+
+def _lead(a, b):
+    """('20.0 points ahead', difference, noise) between two (mean, std) accuracies in [0, 1]."""
+    diff = 100 * (a[0] - b[0])
+    noise = 100 * (a[1] + b[1])
+    text = f"{abs(diff):.1f} points {'ahead' if diff >= 0 else 'behind'}"
+    return text + (" (within the seed spread)" if abs(diff) <= noise else ""), diff, noise
+
+
+def reading(results) -> str:
+    """One paragraph read off the numbers: who leads at the smallest and the full training set, the trend,
+    the compute trade-off, the attention distances, and what this scale can and cannot show."""
+    study = experiments.data_size(results)
+    sentences = []
+    vits = [m for m in study if _kind(m) == "vit"]
+    full_fraction = max(f for row in study.values() for f in row["fractions"])
+    if "bit" in study and vits and len(study["bit"]["fractions"]) > 1:
+        bit = study["bit"]
+        small, large = 0, len(bit["fractions"]) - 1
+        best = max(vits, key=lambda m: study[m]["accuracy"][-1][0])
+        vit = study[best]
+        text_small, gap_small, _ = _lead(bit["accuracy"][small], vit["accuracy"][small])
+        text_large, gap_large, noise = _lead(bit["accuracy"][large], vit["accuracy"][large])
+        sentences.append(
+            f"On {results['dataset']['name']}, the ResNet (BiT) is {text_small} of the best ViT ({vit['label']}) in "
+            f"test accuracy at {bit['train_examples'][small]} training images ({bit['fractions'][small]:.0%}: "
+            f"{_points(bit['accuracy'][small]):.1f}% against {_points(vit['accuracy'][small]):.1f}%) and {text_large} "
+            f"at {bit['train_examples'][large]} ({bit['fractions'][large]:.0%}: {_points(bit['accuracy'][large]):.1f}% "
+            f"against {_points(vit['accuracy'][large]):.1f}%)")
+        fs_small, _, _ = _lead(bit["fewshot"][small], vit["fewshot"][small])
+        fs_large, _, _ = _lead(bit["fewshot"][large], vit["fewshot"][large])
+        sentences.append(f"In {results['fewshot_shots']}-shot linear accuracy of the frozen features it is {fs_small} "
+                         f"at the smallest subset and {fs_large} on the full split")
+        if gap_small > 0 and gap_large < 0 and abs(gap_large) > noise:
+            trend = ("the ViT overtakes the ResNet as the data grows, the crossing of the paper's Figures 3 and 4, "
+                     "here at a toy scale")
+        elif gap_small > gap_large + noise:
+            trend = ("the ResNet's lead shrinks as the data grows: the direction of the paper's Figures 3-4 "
+                     "(the CNN's inductive bias matters most with little data), without the crossing")
+        elif gap_large > gap_small + noise:
+            trend = ("the ResNet's lead grows with the data, against the paper's trend: at this scale the "
+                     "convolutional bias helps at every size")
+        else:
+            trend = "the gap does not change beyond the seed spread across the subset sizes: no trend shows"
+        sentences.append(f"So {trend}")
+    if "hybrid" in study and "vit_small" in study:
+        text, _, _ = _lead(study["hybrid"]["accuracy"][0], study["vit_small"]["accuracy"][0])
+        text_full, _, _ = _lead(study["hybrid"]["accuracy"][-1], study["vit_small"]["accuracy"][-1])
+        sentences.append(f"The hybrid is {text} of the plain ViT-S in test accuracy at the smallest subset and "
+                         f"{text_full} on the full split")
+    comp = experiments.compute(results)
+    if len(comp) > 1:
+        order = sorted(comp, key=lambda m: comp[m]["train_flops"])
+        best = max(comp, key=lambda m: comp[m]["accuracy"][0])
+        listing = ", ".join(f"{comp[m]['label']} {_points(comp[m]['accuracy']):.1f}% for {comp[m]['train_flops']:.2g}"
+                            for m in order)
+        text = (f"Against training compute (full split, FLOPs = 3 x forward x images seen): {listing} FLOPs; "
+                f"the most accurate is {comp[best]['label']}"
+                + (", also the most expensive" if best == order[-1] else
+                   f", at {comp[best]['train_flops'] / comp[order[-1]]['train_flops']:.2g}x the compute of the most "
+                   f"expensive ({comp[order[-1]]['label']})"))
+        if "hybrid" in comp and "vit_small" in comp:
+            gain, _, _ = _lead(comp["hybrid"]["accuracy"], comp["vit_small"]["accuracy"])
+            ratio = comp["hybrid"]["train_flops"] / comp["vit_small"]["train_flops"]
+            text += f"; the hybrid's stem costs {ratio:.2g}x ViT-S's compute and puts it {gain}"
+        sentences.append(text)
+    distances = experiments.attention_distance(results)
+    if distances:
+        parts = []
+        for model, d in distances.items():
+            parts.append(f"{experiments.MODELS[model].label} {d[0].min():.1f}-{d[0].max():.1f} px in layer 1 "
+                         f"(mean {d[0].mean():.1f}) and {d[-1].mean():.1f} px on average in its last layer")
+        sentences.append("Mean attention distances (uniform attention: "
+                         f"{results['uniform_attention_distance']:.1f} px): " + "; ".join(parts))
+        if "hybrid" in distances and vits and any(m in distances for m in vits):
+            plain = "vit_small" if "vit_small" in distances else [m for m in vits if m in distances][0]
+            gap = distances[plain][0].mean() - distances["hybrid"][0].mean()
+            if abs(gap) < 0.05 * results["uniform_attention_distance"]:
+                verdict = "about as locally as", ": no difference at this scale"
+            elif gap > 0:
+                verdict = "more locally than", ", as in Figure 7"
+            else:
+                verdict = "less locally than", ", unlike Figure 7"
+            sentences.append(f"the hybrid's first layer attends {verdict[0]} {experiments.MODELS[plain].label}'s "
+                             f"({abs(gap):.1f} px apart on average){verdict[1]}")
+    n = results["dataset"]["train_examples"]
+    sentences.append(
+        f"At this scale ({n} training images, models of about "
+        f"{min(r['parameters'] for r in results['runs']) / 1e3:.0f}k-{max(r['parameters'] for r in results['runs']) / 1e3:.0f}k "
+        "parameters, a few hundred steps) only the small-data end of the paper's curves is within reach: its "
+        "crossover needs pre-training on 10^7-10^8 images (ImageNet-21k, JFT-300M) and models of 10^8 parameters, "
+        f"and with {results['setup']['seeds']} seed(s) per point differences of a point or two are noise")
+    return ". ".join(s[0].upper() + s[1:] for s in sentences) + "."
+
+
+# --- files -------------------------------------------------------------------------------------------------
+
+
+def table_rows(results) -> list[dict]:
+    """One row per (model, fraction): mean and std over seeds of the scores, FLOPs and wall time."""
+    accuracy = experiments.aggregate(results["runs"], "accuracy")
+    fewshot = experiments.aggregate(results["runs"], "fewshot_accuracy")
+    wall = experiments.aggregate(results["runs"], "wall_time_s")
+    rows = []
+    for (model, fraction), (mean, std, seeds) in accuracy.items():
+        run = next(r for r in results["runs"] if r["model"] == model and r["fraction"] == fraction)
+        rows.append(dict(model=run["label"], fraction=fraction, train_examples=run["train_examples"], seeds=seeds,
+                         accuracy=f"{100 * mean:.1f} ± {100 * std:.1f}",
+                         fewshot=f"{100 * fewshot[model, fraction][0]:.1f} ± {100 * fewshot[model, fraction][1]:.1f}",
+                         parameters=run["parameters"], train_flops=f"{run['train_flops']:.3g}",
+                         wall_time_s=f"{wall[model, fraction][0]:.1f}"))
+    return rows
+
+
+def markdown_table(results) -> str:
+    """The table of `table_rows` in Markdown."""
+    shots = results["fewshot_shots"]
+    head = ["model", "subset", "images", "seeds", "test acc. [%]", f"{shots}-shot [%]", "params", "train FLOPs",
+            "wall s/run"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in table_rows(results):
+        lines.append(f"| {r['model']} | {r['fraction']:.0%} | {r['train_examples']} | {r['seeds']} | {r['accuracy']} | "
+                     f"{r['fewshot']} | {r['parameters']:,} | {r['train_flops']} | {r['wall_time_s']} |")
+    return "\n".join(lines)
+
+
+def write_html(results, path, studies):
+    shots = results["fewshot_shots"]
+    head = ["model", "subset", "images", "seeds", "test accuracy [%]", f"{shots}-shot linear [%]", "parameters",
+            "training FLOPs", "wall time per run [s]"]
+    rows = "\n".join(
+        "<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in (
+            r["model"], f"{r['fraction']:.0%}", r["train_examples"], r["seeds"], r["accuracy"], r["fewshot"],
+            f"{r['parameters']:,}", r["train_flops"], r["wall_time_s"])) + "</tr>"
+        for r in table_rows(results))
+    figures = "\n".join(f'<h2>{html.escape(s.replace("_", " "))}</h2><img src="{FIGURES[s]}" alt="{s}">'
+                        for s in experiments.STUDIES if s in studies)
+    setup = results["setup"]
+    text = f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>keras_vit: the paper's experiments in miniature</title>
+<style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto}}img{{max-width:100%}}
+table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}</style></head>
+<body><h1>The paper's experiments in miniature</h1>
+<p>{html.escape(results['dataset']['name'])}: {results['dataset']['train_examples']} training images
+({html.escape(results['dataset']['train_split'])}), accuracy on {html.escape(results['dataset']['eval_split'])};
+{setup['steps']} steps of {setup['global_batch_size']} images per run at {setup['image_size']}x{setup['image_size']},
+recipe {html.escape(results['recipe']['recipe'])}; {len(results['runs'])} runs in
+{results['wall_time_s'] / 60:.1f} minutes. Every run: <a href="results.json">results.json</a>.</p>
+<h2>Reading</h2><p>{html.escape(results['reading'], quote=False)}</p>
+{figures}
+<h2>Runs (mean ± std over seeds)</h2>
+<table><tr>{''.join(f'<th>{html.escape(h)}</th>' for h in head)}</tr>
+{rows}
+</table></body></html>
+"""
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def write(results, out, studies=experiments.STUDIES) -> list[str]:
+    """Writes results.json, the figures of `studies` and index.html into `out`; returns the paths."""
+    os.makedirs(out, exist_ok=True)
+    paths = [os.path.join(out, "results.json")]
+    with open(paths[0], "w") as f:
+        json.dump(results, f, indent=2)
+    plots = {"data_size": plot_data_size, "compute": plot_compute, "attention_distance": plot_attention_distance}
+    for study in experiments.STUDIES:
+        if study in studies:
+            paths.append(plots[study](results, os.path.join(out, FIGURES[study])))
+    paths.append(write_html(results, os.path.join(out, "index.html"), studies))
+    return paths
