@@ -212,6 +212,7 @@ def build(arguments: dict) -> keras.Model:
             drop_path_rate=float(drop_path_rates[i]),
             layer_norm_epsilon=a.layer_norm_epsilon,
             gelu_approximate=a.gelu_approximate,
+            qkv_bias=a.qkv_bias,
             name=model_parts.encoder_block_name(i),
         )(x)
     x = keras.layers.LayerNormalization(epsilon=a.layer_norm_epsilon, name=model_parts.ENCODER_NORM)(x)

@@ -65,9 +65,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         ((2, 5, 32), (2, 4, 5, 5))
     """
 
-    def __init__(self, num_heads: int, attention_dropout_rate: float = 0.0, **kwargs):
+    def __init__(self, num_heads: int, attention_dropout_rate: float = 0.0, qkv_bias: bool = True, **kwargs):
         super().__init__(**kwargs)
         self.num_heads = num_heads
+        self.qkv_bias = qkv_bias
         self.attention_dropout_rate = attention_dropout_rate
         self.dropout = keras.layers.Dropout(attention_dropout_rate, dtype=self.dtype_policy)
 
@@ -84,7 +85,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             return keras.layers.EinsumDense(
                 "btd,dnh->btnh",
                 output_shape=(None, self.num_heads, self.head_dim),
-                bias_axes="nh",
+                bias_axes="nh" if self.qkv_bias else None,
                 kernel_initializer=glorot_uniform(width, width),
                 name=name,
                 dtype=self.dtype_policy,
@@ -127,4 +128,5 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             **super().get_config(),
             "num_heads": self.num_heads,
             "attention_dropout_rate": self.attention_dropout_rate,
+            "qkv_bias": self.qkv_bias,
         }

@@ -49,6 +49,7 @@ class TransformerBlock(keras.layers.Layer):
         drop_path_rate: float = 0.0,
         layer_norm_epsilon: float = 1e-6,
         gelu_approximate: bool = True,
+        qkv_bias: bool = True,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -61,12 +62,14 @@ class TransformerBlock(keras.layers.Layer):
         self.drop_path_rate = drop_path_rate
         self.layer_norm_epsilon = layer_norm_epsilon
         self.gelu_approximate = gelu_approximate
+        self.qkv_bias = qkv_bias
         policy = self.dtype_policy
         self.attention_norm = keras.layers.LayerNormalization(
             epsilon=layer_norm_epsilon, name="attention_norm", dtype=policy
         )
         self.attention = MultiHeadSelfAttention(
-            num_heads, attention_dropout_rate=attention_dropout_rate, name="attention", dtype=policy
+            num_heads, attention_dropout_rate=attention_dropout_rate, qkv_bias=qkv_bias, name="attention",
+            dtype=policy,
         )
         self.mlp_norm = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="mlp_norm", dtype=policy)
         self.dropout = keras.layers.Dropout(dropout_rate, dtype=policy)
@@ -132,4 +135,5 @@ class TransformerBlock(keras.layers.Layer):
             "drop_path_rate": self.drop_path_rate,
             "layer_norm_epsilon": self.layer_norm_epsilon,
             "gelu_approximate": self.gelu_approximate,
+            "qkv_bias": self.qkv_bias,
         }
