@@ -174,6 +174,6 @@ def architecture(model) -> dict | None:
         gelu_approximate=block.gelu_approximate,
         layer_norm_epsilon=block.layer_norm_epsilon,
     )
-    if not getattr(block, "qkv_bias", True):
+    if not block.qkv_bias:
         args["qkv_bias"] = False
     return args

@@ -16,8 +16,9 @@ from training import config, data, loop
 
 TINY = dict(image_size=8, patch_size=4, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32, global_batch_size=16,
             log_every=1, show_predictions=0, export=False, jit_compile=False)
-# Adam at 1e5 without warm-up: finite for two steps, then the weights overflow (the reviewer's reproduction).
-DIVERGING = dict(steps=10, learning_rate=1e5, warmup_steps=0, checkpoint_every=1)
+# Adam at 1e10 without warm-up: finite for the first steps, then the weights overflow (1e5 no longer diverged
+# within 10 steps once the model build was restructured; 1e20 overflows before the first checkpoint).
+DIVERGING = dict(steps=10, learning_rate=1e10, warmup_steps=0, checkpoint_every=1)
 
 
 def make_config(workdir, **overrides):
@@ -121,7 +122,7 @@ def test_advised_rerun_with_a_lower_learning_rate_resumes_and_finishes(diverged,
     assert "after 10 steps" in out.strip().splitlines()[-1]
     saved = json.loads((workdir / "config.json").read_text())
     assert saved["learning_rate"] == 1e-3
-    assert saved["resumed_with_changes"] == [{"step": step, "changed": {"learning_rate": [1e5, 1e-3]}}]
+    assert saved["resumed_with_changes"] == [{"step": step, "changed": {"learning_rate": [DIVERGING["learning_rate"], 1e-3]}}]
     assert config.Config.from_json((workdir / "config.json").read_text()).learning_rate == 1e-3
     assert non_finite_tensors(workdir / "checkpoints" / "ckpt-10") == []
 
