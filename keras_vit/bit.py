@@ -24,13 +24,9 @@ Example:
 
 import keras
 
-from keras_vit import validation
+from keras_vit import model_parts, preprocessing, validation
+from keras_vit.vit import head_dtype
 from keras_vit.layers.resnet import BIT_STAGE_UNITS, PreActResNetUnit, StdConv2D, group_norm
-
-
-def _head_dtype():
-    policy = keras.config.dtype_policy()
-    return "float32" if policy.compute_dtype in ("float16", "bfloat16") else policy
 
 
 def _check_weights(weights):
@@ -114,7 +110,7 @@ def BiT(
         inputs = input_tensor
     x = inputs
     if include_preprocessing:
-        x = keras.layers.Rescaling(1.0 / 127.5, offset=-1.0, name="preprocessing")(x)
+        x = preprocessing.rescaling_layer()(x)
     x = StdConv2D(width, 7, strides=2, name="root_conv")(x)
     x = keras.layers.MaxPooling2D(pool_size=3, strides=2, padding="same", name="root_pool")(x)
     for s, count in enumerate(units):
@@ -125,8 +121,8 @@ def BiT(
     x = keras.layers.Activation("relu", name="pre_head_relu")(x)
     if include_top:
         x = keras.layers.GlobalAveragePooling2D(name="pooling")(x)
-        x = keras.layers.Dense(classes, activation=classifier_activation, kernel_initializer="zeros", name="head",
-                               dtype=_head_dtype())(x)
+        x = keras.layers.Dense(classes, activation=classifier_activation, kernel_initializer="zeros", name=model_parts.HEAD,
+                               dtype=head_dtype())(x)
     elif pooling == "avg":
         x = keras.layers.GlobalAveragePooling2D(name="pooling")(x)
     elif pooling == "max":

@@ -20,7 +20,7 @@ from keras_vit.layers import Patches, PatchEncoder, TokenPooling, TransformerBlo
 from keras_vit.layers.resnet import ResNetStem, resolve_hybrid
 
 
-def _head_dtype():
+def head_dtype():
     """Logits in float32 under a mixed precision policy (as the Keras mixed-precision guide asks)."""
     policy = keras.config.dtype_policy()
     return "float32" if policy.compute_dtype in ("float16", "bfloat16") else policy
@@ -225,7 +225,7 @@ def build(arguments: dict) -> keras.Model:
             activation=a.classifier_activation,
             kernel_initializer="zeros",
             name=model_parts.HEAD,
-            dtype=_head_dtype(),
+            dtype=head_dtype(),
         )(x)
     elif a.pooling:
         x = TokenPooling(a.pooling, int(use_class_token), name=model_parts.POOLING)(x)

@@ -17,7 +17,7 @@ from training import config, data, loop
 TINY = dict(image_size=8, patch_size=4, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32, global_batch_size=16,
             log_every=1, show_predictions=0, export=False, jit_compile=False)
 # Adam at 1e10 without warm-up: finite for the first steps, then the weights overflow (1e5 no longer diverged
-# within 10 steps once the model build was restructured; 1e20 overflows before the first checkpoint).
+# within 10 steps once the model build was restructured; 1e30 overflows before the first checkpoint is written).
 DIVERGING = dict(steps=10, learning_rate=1e10, warmup_steps=0, checkpoint_every=1)
 
 
