@@ -92,7 +92,7 @@ class WeightsEntry:
         imagenet_top1: ImageNet top-1 (%) from the upstream tables; None where not reported or not
             applicable (raw ImageNet-21k heads must be fine-tuned first).
         top1_source: where `imagenet_top1` comes from.
-        notes: what else a user should know about the file (shown in the README's table).
+        notes: what else a user should know about the file (shown in docs/WEIGHTS.md's table).
     """
 
     name: str
@@ -258,7 +258,7 @@ PUBLISHED: list[WeightsEntry] = [
                  representation_size=None, sha256=None, notes="timm's `vit_*_224.augreg_in21k_ft_in1k`"),
 ]
 """Every published checkpoint, one record each, in table order (the order of `names_for` and `all_names`).
-The README's weights table is generated from it: `python -m keras_vit.weights --readme README.md`."""
+The weights table of docs/WEIGHTS.md is generated from it: `python -m keras_vit.weights --write`."""
 
 WEIGHTS: dict[tuple[str, str], WeightsEntry] = {(entry.variant, entry.name): entry for entry in PUBLISHED}
 """Published weights by (variant, name)."""
@@ -439,11 +439,15 @@ def fetch(entry: WeightsEntry, cache_dir: str | None = None) -> str:
         ) from None
 
 
-# ---------------------------------------------------------------- the README's table, generated from PUBLISHED
+# ------------------------------------------------- the table of docs/WEIGHTS.md, generated from PUBLISHED
 
-README_BEGIN = ("<!-- weights table: generated from keras_vit/weights.py by "
-                "`python -m keras_vit.weights --readme README.md` -->")
-README_END = "<!-- end of the generated weights table -->"
+TABLE_FILE = "docs/WEIGHTS.md"
+"""The file that holds the generated weights table, relative to the repository root."""
+
+TABLE_BEGIN = ("<!-- weights table: generated from keras_vit/weights.py by "
+               "`python -m keras_vit.weights --write docs/WEIGHTS.md` -->")
+TABLE_END = "<!-- end of the generated weights table -->"
+README_BEGIN, README_END = TABLE_BEGIN, TABLE_END  # the names from when the table lived in README.md
 
 
 def _top1_cell(entry: WeightsEntry) -> str:
@@ -469,37 +473,43 @@ def markdown_table() -> str:
     return "\n".join(lines) + "\n"
 
 
-def readme_region(text: str) -> tuple[int, int]:
-    """Where the generated table sits in the README's `text`: (start, end) between the two markers."""
-    begin, end = text.find(README_BEGIN), text.find(README_END)
+def table_region(text: str) -> tuple[int, int]:
+    """Where the generated table sits in a Markdown `text`: (start, end) between the two markers."""
+    begin, end = text.find(TABLE_BEGIN), text.find(TABLE_END)
     if begin < 0 or end < begin:
-        raise ValueError(f"The README has no generated weights table: it needs the lines {README_BEGIN!r} and "
-                         f"{README_END!r}, in that order.")
-    return begin + len(README_BEGIN) + 1, end
+        raise ValueError(f"The file has no generated weights table: it needs the lines {TABLE_BEGIN!r} and "
+                         f"{TABLE_END!r}, in that order.")
+    return begin + len(TABLE_BEGIN) + 1, end
+
+
+readme_region = table_region  # the name from when the table lived in README.md
 
 
 def main(argv=None) -> int:
-    """`python -m keras_vit.weights --markdown` prints the table; `--readme README.md` rewrites the README's
-    region between the markers; `--check README.md` fails (exit 1) when that region is out of date."""
+    """`python -m keras_vit.weights --markdown` prints the table; `--write [PATH]` rewrites the region between
+    the markers of PATH (default docs/WEIGHTS.md, from the repository root; `--readme PATH` is the old
+    spelling); `--check [PATH]` fails (exit 1) when that region is out of date."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m keras_vit.weights", description=main.__doc__)
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--markdown", action="store_true", help="print the weights table as Markdown")
-    group.add_argument("--readme", metavar="PATH", help="rewrite the generated table in this README")
-    group.add_argument("--check", metavar="PATH", help="exit 1 when this README's table is not the generated one")
+    group.add_argument("--write", "--readme", dest="write", metavar="PATH", nargs="?", const=TABLE_FILE,
+                       help=f"rewrite the generated table in this Markdown file (default {TABLE_FILE})")
+    group.add_argument("--check", metavar="PATH", nargs="?", const=TABLE_FILE,
+                       help=f"exit 1 when this file's table is not the generated one (default {TABLE_FILE})")
     args = parser.parse_args(argv)
     table = markdown_table()
     if args.markdown:
         print(table, end="")
         return 0
-    path = args.readme or args.check
+    path = args.write or args.check
     with open(path, encoding="utf-8") as f:
         text = f.read()
-    start, end = readme_region(text)
+    start, end = table_region(text)
     if args.check:
         if text[start:end] != table:
-            print(f"{path}: the weights table is out of date; run `python -m keras_vit.weights --readme {path}`")
+            print(f"{path}: the weights table is out of date; run `python -m keras_vit.weights --write {path}`")
             return 1
         return 0
     with open(path, "w", encoding="utf-8") as f:

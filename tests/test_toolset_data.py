@@ -185,11 +185,15 @@ def test_reviewed_entries_resolve_by_name(key):
     assert key[1] in weights.names_for(key[0])
 
 
-def test_readme_weights_table_is_the_one_generated_from_the_code():
-    """README's table is `keras_vit.weights.markdown_table()` (tests/test_weights.py checks its rows)."""
-    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+def test_docs_weights_table_is_the_one_generated_from_the_code():
+    """docs/WEIGHTS.md's table is `keras_vit.weights.markdown_table()` (tests/test_weights.py checks its rows),
+    and the README links to it."""
+    with open(os.path.join(ROOT, weights.TABLE_FILE), encoding="utf-8") as f:
         text = f.read()
-    start, end = weights.readme_region(text)
-    assert text[start:end] == weights.markdown_table(), "run `python -m keras_vit.weights --readme README.md`"
+    start, end = weights.table_region(text)
+    assert text[start:end] == weights.markdown_table(), "run `python -m keras_vit.weights --write`"
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    assert "(docs/WEIGHTS.md)" in readme and weights.TABLE_BEGIN not in readme
     for key, (path, size, classes, top1) in REVIEWED.items():
         assert f"| {key[0]} | `{key[1]}`" in text and f"| `{path}` | {size} | {classes} |" in text

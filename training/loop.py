@@ -4,7 +4,7 @@ Keras 3's `model.fit` does not run under `MultiWorkerMirroredStrategy` (keras-te
 drives the model with a small custom loop that is the same under one_device, mirrored, multi_worker and
 tpu: per-replica forward/backward, cross-replica gradient sum, global-norm clipping of the summed gradient,
 optimizer update (the paper's recipes: Tables 3-4, Appendix B.1). User code can still call `model.fit`
-under `MirroredStrategy` (see the README).
+under `MirroredStrategy` (see docs/TRAINING.md).
 
 Robustness:
     * A `tf.train.Checkpoint` of model, optimizer and step every `checkpoint_every` steps and at the end; a

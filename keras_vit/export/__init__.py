@@ -6,7 +6,7 @@ TensorFlow-specific and imported lazily (`import keras_vit` does not import it).
 images in, top-k scores/classes/labels out, with decoding, resizing and preprocessing in the graph), the
 label file as an asset and `assets.extra/tf_serving_warmup_requests`. Serve it with
 `tensorflow_model_server --model_base_path=$PWD/export_base --model_name=NAME` or the official docker image
-(see the README's "Serving" section); nothing of keras_vit or Keras is needed to load it.
+(see docs/SERVING.md); nothing of keras_vit or Keras is needed to load it.
 
 Example:
     >>> import keras_vit, keras_vit.export

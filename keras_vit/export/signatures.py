@@ -89,7 +89,7 @@ def pixels_to_outputs(model, spec: ModelSpec, jit_compile: bool = False):
     """A function float32 [B, H, W, 3] in 0..255 -> the model's float32 output, preprocessing included.
 
     With `jit_compile`, the model's forward pass is an XLA-compiled inner `tf.function`; on the CPUs
-    measured it was slower than the plain graph (see the README), hence off by default.
+    measured it was slower than the plain graph (benchmarks/README.md), hence off by default.
     """
     forward = lambda images: model(images, training=False)  # noqa: E731
     if jit_compile:

@@ -16,8 +16,8 @@ def heads_first_attention(q, k, v, scale, float32_softmax=False):
     the compute dtype (oneDNN's bfloat16 softmax accumulates in float32: outputs are bitwise equal to
     Keras' op, which casts the T x T logits to float32 and back), or in float32 for float16 inputs and
     when `float32_softmax` (the layer asks for it while training, so that the softmax gradient is
-    float32 too). 1.45x (float32) and 1.55x (bfloat16) faster than Keras' op for ViT-B/16 attention at
-    batch 16 on a Sapphire Rapids CPU (`benchmarks/attention_core.py`).
+    float32 too). Faster than Keras' op for ViT-B/16 attention on a Sapphire Rapids CPU (measured by
+    `benchmarks/attention_core.py`; figures in benchmarks/README.md).
 
     Example:
         >>> import numpy as np

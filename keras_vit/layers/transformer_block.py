@@ -114,8 +114,8 @@ class TransformerBlock(keras.layers.Layer):
 
         Flattening is free and makes each Dense a 2-D matmul; with the GELU as the Dense's own
         activation, TensorFlow's oneDNN graph fuses matmul, bias and GELU into one kernel (a 3-D input
-        becomes a BatchMatMul that it does not fuse): about 3x faster for this MLP in bfloat16 and
-        1.4x in float32 (benchmarks/README.md).
+        becomes a BatchMatMul that it does not fuse), faster in bfloat16 and float32 (figures in
+        benchmarks/README.md).
         """
         tokens_shape = ops.shape(x)
         y = self.mlp_dense_1(ops.reshape(x, (-1, x.shape[-1])))
