@@ -24,6 +24,8 @@ Example:
     (8, 2, None)
 """
 
+from keras_vit import variants
+
 PREPROCESSING = "preprocessing"
 RESNET_STEM = "resnet_stem"
 PATCHES = "patches"
@@ -151,8 +153,6 @@ def architecture(model) -> dict | None:
         `include_top=False`; `qkv_bias=False` only for a model without query/key/value biases); `hybrid` is
         None for a plain ViT. None when the model has no `encoder_block_0`.
     """
-    from keras_vit.layers.resnet import stem_stride
-
     if not is_vit(model):
         return None
     blocks, encoder = encoder_blocks(model), patch_encoder(model)
@@ -161,7 +161,7 @@ def architecture(model) -> dict | None:
                 hidden_size=encoder.hidden_size, num_layers=len(blocks), num_heads=block.num_heads,
                 mlp_dim=block.mlp_dim)
     if (stem := resnet_stem(model)) is not None:
-        args["patch_size"] *= stem_stride(stem.block_units)
+        args["patch_size"] *= variants.stem_stride(stem.block_units)
         args["hybrid"] = _hybrid_of(stem)
     if (top := head(model)) is not None:
         args["classes"] = top.units

@@ -1,4 +1,5 @@
-"""The ViT variants as data (paper Table 1, plus the AugReg Ti and S models).
+"""The ViT variants as data (paper Table 1, plus the AugReg Ti and S models), the architecture defaults and
+the hybrids' ResNet stems by name.
 
 No Keras import here: the table is plain data that the constructors, the weights table, the training
 app and the tests all read.
@@ -86,6 +87,52 @@ def _variant(width_name: str, patch_size: int, hybrid: str | None = None) -> Var
         mlp_dim=mlp_dim,
         hybrid=hybrid,
     )
+
+
+RESNET_STEMS = {"r50": dict(block_units=(3, 4, 9), width=64)}
+"""The hybrid stems of the paper by name: R50 is ResNet-50 with (3, 4, 9) units (stride 16), width 64."""
+
+
+def stem_stride(block_units) -> int:
+    """Downscaling of a stem: 4 from the root (conv stride 2, max pool stride 2), 2 per stage after the first."""
+    return 4 * 2 ** max(len(block_units) - 1, 0)
+
+
+def resolve_hybrid(hybrid, patch_size: int):
+    """`ResNetStem` arguments for the `hybrid` argument of `keras_vit.ViT`, or None for a plain ViT.
+
+    Args:
+        hybrid: None, a name in `RESNET_STEMS` (`"r50"`), or a dict of `keras_vit.layers.resnet.ResNetStem`
+            arguments (`block_units`, `width`, `groups`).
+        patch_size: the model's effective patch size, which must equal the stem's stride.
+
+    Raises:
+        ValueError: for an unknown name, a non-dict, or a patch size other than the stem's stride.
+
+    Example:
+        >>> resolve_hybrid("r50", patch_size=16)
+        {'block_units': (3, 4, 9), 'width': 64}
+    """
+    if hybrid is None:
+        return None
+    if isinstance(hybrid, str):
+        if hybrid not in RESNET_STEMS:
+            raise ValueError(f"Unknown hybrid stem. Received: hybrid={hybrid!r}. Known: {', '.join(RESNET_STEMS)}.")
+        stem = dict(RESNET_STEMS[hybrid])
+    elif isinstance(hybrid, dict):
+        stem = dict(hybrid)
+        unknown = set(stem) - {"block_units", "width", "groups"}
+        if unknown:
+            raise ValueError(f"Unknown ResNetStem arguments {sorted(unknown)}. Received: hybrid={hybrid!r}")
+    else:
+        raise ValueError(f"`hybrid` must be None, a stem name or a dict of ResNetStem arguments. Received: hybrid={hybrid!r}")
+    stride = stem_stride(stem.get("block_units", RESNET_STEMS["r50"]["block_units"]))
+    if patch_size != stride:
+        raise ValueError(
+            f"A hybrid's patch size is the stride of its ResNet stem ({stride}); the stem's feature map is cut "
+            f"into patches of size 1. Received: patch_size={patch_size}, hybrid={hybrid!r}"
+        )
+    return stem
 
 
 # (width name, patch size, hybrid stem) of the hybrid constructors: the paper's R50+ViT-B/16, whose

@@ -17,7 +17,7 @@ import numpy as np
 
 from keras_vit import model_parts, preprocessing, validation, variants
 from keras_vit.layers import Patches, PatchEncoder, TokenPooling, TransformerBlock
-from keras_vit.layers.resnet import ResNetStem, resolve_hybrid
+from keras_vit.layers.resnet import ResNetStem
 
 
 def head_dtype():
@@ -189,7 +189,7 @@ def build(arguments: dict) -> keras.Model:
             f"`hidden_size` must be divisible by `num_heads`. Received: hidden_size={a.hidden_size}, "
             f"num_heads={a.num_heads}"
         )
-    stem = resolve_hybrid(a.hybrid, a.patch_size)
+    stem = variants.resolve_hybrid(a.hybrid, a.patch_size)
     shape = validation.resolve_input_shape(a.image_size, a.input_shape, a.input_tensor, a.patch_size)
     use_class_token = a.classifier == "token"
     drop_path_rates = np.linspace(0.0, a.drop_path_rate, a.num_layers) if a.num_layers > 1 else [a.drop_path_rate]

@@ -8,6 +8,7 @@ from harness import assert_layer_round_trip, assert_model_round_trip
 from test_resnet import conv_same, group_norm, standardize
 
 import keras_vit
+from keras_vit import model_parts
 from keras_vit.layers.resnet import PreActResNetUnit
 
 TINY = dict(block_units=(1, 2), width=8, groups=4, input_shape=(32, 32, 3), classes=5)
@@ -35,7 +36,7 @@ def test_bit_r50x1_parameter_count():
     expected = bit_parameters((3, 4, 6, 3), 64, 1000)
     assert model.count_params() == expected == 25_549_352  # BiT-M R50x1 with a 1000-class head: ~25.5M
     assert model.output_shape == (None, 1000)
-    assert model.get_layer("pooling").output.shape[-1] == 2048
+    assert model_parts.pooling(model).output.shape[-1] == 2048
 
 
 def test_generic_builder_parameter_count_and_forward():
@@ -93,11 +94,11 @@ def test_round_trips_in_safe_mode(tmp_path):
 
 def test_weights_file_loads_and_checkpoints_are_refused(tmp_path):
     model = keras_vit.BiT(**TINY)
-    model.get_layer("head").kernel.assign(np.ones(model.get_layer("head").kernel.shape))
+    model_parts.head(model).kernel.assign(np.ones(model_parts.head(model).kernel.shape))
     path = str(tmp_path / "bit.weights.h5")
     model.save_weights(path)
     loaded = keras_vit.BiT(**TINY, weights=path)
-    np.testing.assert_array_equal(loaded.get_layer("head").kernel.numpy(), 1.0)
+    np.testing.assert_array_equal(model_parts.head(loaded).kernel.numpy(), 1.0)
     for weights in ("imagenet", "BiT-M-R50x1.npz", str(tmp_path / "missing.npz")):
         with pytest.raises(ValueError, match="BiT checkpoints are not supported"):
             keras_vit.BiT_R50x1(weights=weights)

@@ -12,6 +12,7 @@ import pytest
 import tensorflow as tf
 
 from export_fixtures import SIZE, encode, random_image, tiny_vit
+from keras_vit import model_parts
 from keras_vit.export import export_saved_model
 from keras_vit.export.__main__ import main
 from keras_vit.export.precision import serving_model
@@ -70,7 +71,7 @@ def test_signatures_are_those_of_the_float32_export(exports):
 
 def test_weights_and_matmuls_are_bfloat16(exports):
     dtypes = {v.name.split(":")[0]: v.dtype for v in exports["bfloat16"].model_variables}
-    head = {name for name in dtypes if "head" in name}
+    head = {name for name in dtypes if model_parts.HEAD in name}
     assert head and all(dtypes[name] == tf.float32 for name in head)
     assert {dtypes[name] for name in dtypes if name not in head} == {tf.bfloat16}
     graph = exports["bfloat16"].signatures["predict_images"].graph.as_graph_def()
@@ -116,7 +117,7 @@ def test_serving_model_keeps_float32_models_and_refuses_unknown_precisions():
     model = tiny_vit(num_layers=1)
     assert serving_model(model, "float32") is model
     low = serving_model(model, "bfloat16")
-    assert low is not model and model.get_layer("encoder_block_0").dtype_policy.name == "float32"
+    assert low is not model and model_parts.encoder_blocks(model)[0].dtype_policy.name == "float32"
     with pytest.raises(ValueError, match="precision"):
         export_saved_model(model, "/nonexistent/never", precision="float16")
 

@@ -36,7 +36,8 @@ def test_augreg_recipe_uses_randaugment_and_mixup():
 # common values (issue 16): a refactor of RECIPES or of the Config fields must keep them all.
 DEFAULTS = dict(
     recipe="demo", recipe_reason=None, model="tiny", patch_size=None, hidden_size=None, num_layers=None,
-    num_heads=None, mlp_dim=None, classifier=None, representation_size=None, head_bias_init=0.0, dropout_rate=0.0,
+    num_heads=None, mlp_dim=None, classifier=None, representation_size=None, qkv_bias=None, head_bias_init=0.0,
+    dropout_rate=0.0,
     drop_path_rate=0.0, weights=None, zero_head=False, dataset="digits", data_dir=None, download=False,
     train_split=None, eval_split=None, image_size=16, crop="inception", crop_min_area=0.05, flip=True,
     randaugment=None, mixup=0.0, cutmix=0.0, augment_library="keras", shuffle_buffer=10_000, steps=None, epochs=None,
@@ -82,7 +83,7 @@ FLAG_TYPES = dict(
     enum="classifier crop augment_library optimizer schedule mixed_precision strategy",
     float="head_bias_init dropout_rate drop_path_rate crop_min_area mixup cutmix epochs learning_rate beta_1 beta_2 "
           "momentum weight_decay grad_clip_norm label_smoothing",
-    bool="zero_head download flip jit_compile export",
+    bool="qkv_bias zero_head download flip jit_compile export",
 )
 FLAG_CHOICES = dict(classifier=["token", "gap"], crop=["inception", "translate", "none"],
                     augment_library=["keras", "keras_cv"], optimizer=["adam", "adamw", "sgd"],
@@ -123,6 +124,27 @@ def test_model_overrides_apply_on_top_of_the_variant():
     assert cfg.model_kwargs() == dict(patch_size=4, hidden_size=192, num_layers=2, num_heads=3, mlp_dim=768)
 
 
+def test_qkv_bias_flag_reaches_the_built_model():
+    from absl import flags
+
+    from keras_vit import model_parts
+    from training import train
+    from training.model import build_model
+
+    assert "qkv_bias" not in config_lib.make_config("demo").model_kwargs()  # None: the variant's (biases)
+    flags.FLAGS.unparse_flags()
+    flags.FLAGS(["train", "--recipe=demo", "--qkv_bias=false"])
+    try:
+        cfg = train.config_from_flags()
+    finally:
+        flags.FLAGS.unparse_flags()
+    assert cfg == config_lib.make_config("demo", qkv_bias=False) and cfg.model_kwargs()["qkv_bias"] is False
+    model = build_model(config_lib.make_config("demo", qkv_bias=False, num_layers=1), num_classes=3)
+    assert model_parts.architecture(model)["qkv_bias"] is False
+    attention = model_parts.encoder_blocks(model)[0].attention
+    assert [p.bias for p in (attention.query, attention.key, attention.value)] == [None] * 3
+
+
 @pytest.mark.parametrize(
     "overrides, message",
     [
@@ -151,6 +173,14 @@ def test_config_is_frozen_and_round_trips_through_json():
         cfg.learning_rate = 1.0  # frozen dataclass
     assert config_lib.Config.from_json(cfg.to_json()) == cfg
     assert json.loads(cfg.to_json())["randaugment"] == [2, 15]
+
+
+def test_a_config_json_from_before_a_field_existed_still_loads():
+    cfg = config_lib.make_config("demo", qkv_bias=False)
+    assert config_lib.Config.from_json(cfg.to_json()).qkv_bias is False
+    old = json.loads(cfg.to_json())
+    del old["qkv_bias"]  # a config.json written before the qkv_bias field
+    assert config_lib.Config.from_json(json.dumps(old)) == config_lib.make_config("demo")
 
 
 def test_warmup_schedule_matches_hand_computed_values():

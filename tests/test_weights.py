@@ -10,7 +10,7 @@ import pytest
 from numpy_reference import random_official_params, vit_forward
 
 import keras_vit
-from keras_vit import weights
+from keras_vit import model_parts, weights
 from keras_vit.variants import VARIANTS, Variant
 
 AUGREG_NAME = re.compile(
@@ -218,7 +218,7 @@ def test_a_pre_seeded_cache_is_used_without_download(published_tiny, tmp_path, m
     (cache / entry.file_name).write_bytes((tmp_path / "served" / entry.path).read_bytes())
     monkeypatch.setattr(weights, "BASE_URL", "https://unreachable.invalid/")  # any download would fail
     model = keras_vit.ViT(**TINY_ARCH, weights="imagenet21k")
-    assert model.get_layer("pre_logits").units == 32 and model.get_layer("head").units == 5
+    assert model_parts.pre_logits(model).units == 32 and model_parts.head(model).units == 5
 
 
 def test_checksum_mismatch_is_an_error(published_tiny, monkeypatch):
@@ -266,7 +266,7 @@ def test_default_constructor_builds_at_the_checkpoint_resolution(monkeypatch):
     model = keras_vit.ViT_Ti16()
     assert fetched == [weights.get_entry("Ti16", "augreg_in21k_ft_in1k")]
     assert model.input_shape == (None, 384, 384, 3) and model.output_shape == (None, 1000)
-    assert "pre_logits" not in [layer.name for layer in model.layers]
+    assert model_parts.pre_logits(model) is None
 
 
 @pytest.mark.slow

@@ -80,7 +80,8 @@ class Config:
     recipe: str = "demo"
     recipe_reason: str | None = None  # why the recipe was chosen, when no --recipe was given
     # Model.
-    model: str = _field("tiny", "'tiny' or a variant name such as vit_ti16, vit_b16, vit_l16.")
+    model: str = _field("tiny", "'tiny' or a variant name such as vit_ti16, vit_b16, vit_l16; or the BiT ResNet "
+                        "baseline, from scratch: bit_r50x1, or bit_tiny (a miniature) (training.model).")
     patch_size: int | None = _field(None, _OVERRIDE.format("patch_size"), lower_bound=1)
     hidden_size: int | None = _field(None, _OVERRIDE.format("hidden_size"), lower_bound=1)
     num_layers: int | None = _field(None, _OVERRIDE.format("num_layers"), lower_bound=1)
@@ -89,6 +90,8 @@ class Config:
     classifier: str | None = _field(  # None: the checkpoint's with --weights, else "token"
         None, "token ([class] token) or gap (mean of the patch tokens).", enum_values=["token", "gap"])
     representation_size: int | None = _field(None, "Width of the tanh pre-logits layer (imagenet21k pre-training).")
+    qkv_bias: bool | None = _field(  # None: the checkpoint's with --weights, else the variant's (biases)
+        None, "Biases on the attention's query/key/value projections (default: the checkpoint's, else on).")
     head_bias_init: float = _field(0.0, "Initial head bias (-10 in the imagenet21k pre-training).")
     dropout_rate: float = _field(0.0, "Dropout rate.")
     drop_path_rate: float = _field(0.0, "Stochastic depth rate.")
@@ -159,7 +162,7 @@ class Config:
             from keras_vit.variants import get_variant
 
             args = get_variant(self.model).architecture()
-        for key in ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim"):
+        for key in ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim", "qkv_bias"):
             if getattr(self, key) is not None:
                 args[key] = getattr(self, key)
         return args
@@ -391,9 +394,8 @@ def _validate(cfg: Config) -> None:
         raise ValueError(f"`mixup` and `cutmix` are Beta alphas >= 0. Received: mixup={cfg.mixup}, cutmix={cfg.cutmix}")
     if cfg.randaugment is not None and (len(cfg.randaugment) != 2 or min(cfg.randaugment) < 0):
         raise ValueError(f"`randaugment` is (num_ops, magnitude). Received: randaugment={cfg.randaugment!r}")
-    if cfg.model != "tiny":
-        from keras_vit.variants import get_variant
+    from training.model import check_model
 
-        get_variant(cfg.model)  # raises a ValueError listing the known names
+    check_model(cfg)  # a known ViT or BiT name (else a ValueError listing them), no ViT-only field with a BiT
     if cfg.strategy == "tpu" and cfg.mixed_precision == "float16":
         raise ValueError("TPUs compute in bfloat16. Received: strategy='tpu', mixed_precision='float16'")

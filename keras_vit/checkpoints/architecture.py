@@ -38,17 +38,9 @@ QKV_BIAS_KEYS = tuple(f"MultiHeadDotProductAttention_1/{name}/bias" for name in 
 """The official keys (below `Transformer/encoderblock_{i}/`) that `qkv_bias=False` models lack."""
 
 
-def _stem_stride(block_units) -> int:
-    from keras_vit.layers.resnet import stem_stride
-
-    return stem_stride(block_units)
-
-
 def named_stem(stem: dict):
     """`"r50"` when the stem is the paper's R50, else the dict of `ResNetStem` arguments."""
-    from keras_vit.layers.resnet import RESNET_STEMS
-
-    for name, known in RESNET_STEMS.items():
+    for name, known in variants.RESNET_STEMS.items():
         if tuple(known["block_units"]) == stem["block_units"] and known["width"] == stem["width"]:
             return name
     return dict(stem)
@@ -80,7 +72,7 @@ class CheckpointArchitecture:
     @property
     def stride(self) -> int:
         """Pixels per position-embedding row along one axis."""
-        return self.patch_size * (_stem_stride(self.hybrid["block_units"]) if self.hybrid else 1)
+        return self.patch_size * (variants.stem_stride(self.hybrid["block_units"]) if self.hybrid else 1)
 
     @property
     def image_size(self) -> tuple[int, int] | None:
@@ -233,9 +225,7 @@ def resolve_arguments(arguments: dict, checkpoint: Checkpoint, entry=None, label
 
 
 def _same_stem(requested, found: dict) -> bool:
-    from keras_vit.layers.resnet import RESNET_STEMS
-
-    stem = RESNET_STEMS.get(requested) if isinstance(requested, str) else requested
+    stem = variants.RESNET_STEMS.get(requested) if isinstance(requested, str) else requested
     if not isinstance(stem, dict):
         return False
     return all(tuple(np.atleast_1d(stem[k])) == tuple(np.atleast_1d(found[k])) for k in found if k in stem)

@@ -12,19 +12,22 @@ CPUs without those instructions bf16 is emulated and slower than float32: export
 
 Example:
     >>> import keras_vit
+    >>> from keras_vit import model_parts
     >>> model = keras_vit.ViT(image_size=32, patch_size=8, hidden_size=32, num_layers=1, num_heads=2,
     ...                       mlp_dim=64, classes=3)
     >>> low = serving_model(model, "bfloat16")
-    >>> low.get_layer("encoder_block_0").dtype_policy.name, low.get_layer("head").dtype_policy.name
+    >>> model_parts.encoder_blocks(low)[0].dtype_policy.name, model_parts.head(low).dtype_policy.name
     ('bfloat16', 'float32')
 """
 
 import keras
 
+from keras_vit import model_parts
+
 PRECISIONS = ("float32", "bfloat16")
 """What `export_saved_model(precision=...)` and `python -m keras_vit.export --precision` accept."""
 
-FLOAT32_LAYERS = ("head",)
+FLOAT32_LAYERS = (model_parts.HEAD,)
 """Layers kept in float32 in a bfloat16 export: the classifier, so that the logits (and the softmax over
 them) are float32, as the Keras mixed-precision guide asks."""
 

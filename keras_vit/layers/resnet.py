@@ -34,52 +34,13 @@ import math
 import keras
 from keras import ops
 
+from keras_vit.variants import stem_stride
+
 WEIGHT_STANDARDIZATION_EPSILON = 1e-5
 """Added to the kernel's standard deviation (`models_resnet.weight_standardize`)."""
 
 GROUP_NORM_EPSILON = 1e-6
 """Flax `nn.GroupNorm` default epsilon."""
-
-RESNET_STEMS = {"r50": dict(block_units=(3, 4, 9), width=64)}
-"""The hybrid stems of the paper by name: R50 is ResNet-50 with (3, 4, 9) units (stride 16), width 64."""
-
-
-def stem_stride(block_units) -> int:
-    """Downscaling of a stem: 4 from the root (conv stride 2, max pool stride 2), 2 per stage after the first."""
-    return 4 * 2 ** max(len(block_units) - 1, 0)
-
-
-def resolve_hybrid(hybrid, patch_size: int):
-    """`ResNetStem` arguments for the `hybrid` argument of `keras_vit.ViT`, or None for a plain ViT.
-
-    Args:
-        hybrid: None, a name in `RESNET_STEMS` (`"r50"`), or a dict of `ResNetStem` arguments.
-        patch_size: the model's effective patch size, which must equal the stem's stride.
-
-    Raises:
-        ValueError: for an unknown name, a non-dict, or a patch size other than the stem's stride.
-    """
-    if hybrid is None:
-        return None
-    if isinstance(hybrid, str):
-        if hybrid not in RESNET_STEMS:
-            raise ValueError(f"Unknown hybrid stem. Received: hybrid={hybrid!r}. Known: {', '.join(RESNET_STEMS)}.")
-        stem = dict(RESNET_STEMS[hybrid])
-    elif isinstance(hybrid, dict):
-        stem = dict(hybrid)
-        unknown = set(stem) - {"block_units", "width", "groups"}
-        if unknown:
-            raise ValueError(f"Unknown ResNetStem arguments {sorted(unknown)}. Received: hybrid={hybrid!r}")
-    else:
-        raise ValueError(f"`hybrid` must be None, a stem name or a dict of ResNetStem arguments. Received: hybrid={hybrid!r}")
-    stride = stem_stride(stem.get("block_units", RESNET_STEMS["r50"]["block_units"]))
-    if patch_size != stride:
-        raise ValueError(
-            f"A hybrid's patch size is the stride of its ResNet stem ({stride}); the stem's feature map is cut "
-            f"into patches of size 1. Received: patch_size={patch_size}, hybrid={hybrid!r}"
-        )
-    return stem
-
 
 def _check_positive_ints(**values):
     for arg, value in values.items():
@@ -245,8 +206,8 @@ class ResNetStem(keras.layers.Layer):
     The output has `width * 2**(S-1) * 4` channels at stride `2**(S+1)` (16 and 1024 channels for R50).
 
     Args:
-        block_units: units per stage; (3, 4, 9) is the paper's R50 (`RESNET_STEMS["r50"]`); () is the root
-            alone (stride 4, `width` channels), as the official `resnet.num_layers = ()`.
+        block_units: units per stage; (3, 4, 9) is the paper's R50 (`keras_vit.variants.RESNET_STEMS["r50"]`);
+            () is the root alone (stride 4, `width` channels), as the official `resnet.num_layers = ()`.
         width: channels of the root convolution (64 * width_factor).
         groups: GroupNorm groups (32 in the official models).
         **kwargs: base `keras.layers.Layer` arguments.
