@@ -1,7 +1,9 @@
-"""Named constructors (`ViT_B16`, ...), one per row of the variant table, with the Keras Applications
-contract: `include_top, weights, input_tensor, input_shape, pooling, classes, classifier_activation`."""
+"""Named constructors (`ViT_B16`, ...), one per row of the variant table, and the paper's BiT ResNet baseline
+(`BiT_R50x1`, from `keras_vit.bit`), with the Keras Applications contract: `include_top, weights,
+input_tensor, input_shape, pooling, classes, classifier_activation`."""
 
-from keras_vit import vit
+from keras_vit import cli, vit
+from keras_vit.bit import BiT_R50x1
 from keras_vit.variants import VARIANTS, Variant
 from keras_vit.weights import DEFAULT_WEIGHTS, IMAGENET_WEIGHTS
 
@@ -88,8 +90,18 @@ ViT_L32 = _constructor(VARIANTS["L32"])
 ViT_H14 = _constructor(VARIANTS["H14"])
 ViT_R50_B16 = _constructor(VARIANTS["R50_B16"])
 
-CONSTRUCTORS = {v.model_name: globals()[v.constructor_name] for v in VARIANTS.values()}
-"""Constructors by lower-case model name (`"vit_b16"`), for the CLIs."""
+BIT_CONSTRUCTORS = {name: globals()[constructor] for name, constructor in cli.BIT_MODELS.items()}
+"""The BiT ResNet constructors by lower-case model name (`"bit_r50x1"`): no patches, no published weights."""
+
+CONSTRUCTORS = {**{v.model_name: globals()[v.constructor_name] for v in VARIANTS.values()}, **BIT_CONSTRUCTORS}
+"""Constructors by lower-case model name (`"vit_b16"`, `"bit_r50x1"`), for the CLIs. The ViTs are the rows of
+`keras_vit.variants.VARIANTS`; the BiT rows (`BIT_CONSTRUCTORS`) take no patch size and no published
+checkpoint (`weights` is None or a Keras weights file of the same architecture)."""
+
+
+def is_bit(model: str) -> bool:
+    """Whether `model` names a BiT ResNet of `CONSTRUCTORS` (any case: `"bit_r50x1"`, `"BiT-R50x1"`)."""
+    return cli.bit_name(model) is not None
 
 
 def build_model(model: str, weights=None, **kwargs):
@@ -120,6 +132,8 @@ def build_model(model: str, weights=None, **kwargs):
 
     if model.lower() in CONSTRUCTORS:
         return CONSTRUCTORS[model.lower()](weights=weights, **kwargs)
+    if is_bit(model):
+        return CONSTRUCTORS[cli.bit_name(model)](weights=weights, **kwargs)
     if not model.endswith(".keras"):
         raise ValueError(
             f"Unknown model. Received: {model!r}. Known: {', '.join(sorted(CONSTRUCTORS))}, or a `.keras` file."

@@ -41,6 +41,21 @@ def _check_weights(weights):
         )
 
 
+_EXTRA_ARGUMENTS = ("image_size", "include_preprocessing", "groups")
+
+
+def _check_extra_arguments(model, kwargs):
+    """A named BiT constructor takes `_EXTRA_ARGUMENTS` beyond the Keras Applications ones; a ViT argument
+    (`patch_size`, `num_heads`, `classifier`, `dropout_rate`, ...) gets a ValueError, not a TypeError."""
+    unknown = sorted(set(kwargs) - set(_EXTRA_ARGUMENTS))
+    if unknown:
+        raise ValueError(
+            f"{unknown[0]!r} is not an argument of the BiT ResNet {model!r} (a ViT argument has no meaning for "
+            f"a ResNet: no patches, tokens or attention). It takes the Keras Applications arguments and "
+            f"{', '.join(_EXTRA_ARGUMENTS)}. Received: {', '.join(f'{k}={kwargs[k]!r}' for k in unknown)}"
+        )
+
+
 def BiT(
     block_units=BIT_STAGE_UNITS["r50"],
     width=64,
@@ -155,6 +170,7 @@ def BiT_R50x1(
         >>> BiT_R50x1(input_shape=(64, 64, 3), classes=10).output_shape
         (None, 10)
     """
+    _check_extra_arguments(name, kwargs)
     return BiT(
         block_units=BIT_STAGE_UNITS["r50"], width=64, include_top=include_top, weights=weights,
         input_tensor=input_tensor, input_shape=input_shape, pooling=pooling, classes=classes,

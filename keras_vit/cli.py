@@ -5,8 +5,9 @@
 
 * absl flags (`absl.flags`, run by `absl.app.run`), underscores only. The flags the tools share are defined by
   the helpers here so that they are spelled and mean the same everywhere: `--model` (a variant name such as
-  `vit_b16`, or a `.keras` file), `--weights` (`none` for random initialisation, a published name, or a file),
-  `--image_size`, `--classes`, `--pooling`, `--out` (where the tool writes) and `--verbose`.
+  `vit_b16`, the BiT ResNet `bit_r50x1`, or a `.keras` file), `--weights` (`none` for random initialisation,
+  a published name, or a file), `--image_size`, `--classes`, `--pooling`, `--out` (where the tool writes)
+  and `--verbose`.
 * `--help` (also `-h`, `--helpshort`, `--helpfull`) prints the tool's docstring and its flags with their
   defaults on stdout and exits 0, before Keras or TensorFlow is imported: the tools import them only in the
   work itself, after the flags are parsed.
@@ -100,19 +101,62 @@ class _Exit(Exception):
 # --- the shared flags --------------------------------------------------------------------------------------
 
 
+BIT_MODELS = {"bit_r50x1": "BiT_R50x1"}
+"""The BiT ResNet rows of `keras_vit.applications.CONSTRUCTORS` (name -> constructor), known here without
+importing Keras so that `--model` is checked before anything heavy is imported."""
+
+BIT_REFUSED_FLAGS = {"pooling": "token", "classifier": None}
+"""Flag values a BiT `--model` refuses (None: any value): a ResNet has no [class] token and no `classifier`."""
+
+
 def _variant_names() -> list[str]:
     from keras_vit.variants import VARIANTS
 
     return [variant.model_name for variant in VARIANTS.values()]
 
 
+def bit_name(model) -> str | None:
+    """The `BIT_MODELS` name `model` spells (any case, with or without `_`, `-` or `/`: `"BiT-R50x1"`,
+    `"bit_r50x1"`), or None for any other value (a ViT variant, a `.keras` file, None)."""
+    if not isinstance(model, str):
+        return None
+    key = re.sub(r"[-_/\s]", "", model.lower())
+    return next((name for name in BIT_MODELS if name.replace("_", "") == key), None)
+
+
+def check_bit_arguments(model: str, **given) -> None:
+    """Raises a ValueError for constructor arguments a BiT `model` cannot take (`given`: name -> value, None
+    when not given): `pooling="token"`, any `classifier`, and a published ViT checkpoint as `weights`."""
+    for name, value in given.items():
+        if value is None or (name not in BIT_REFUSED_FLAGS and name != "weights"):
+            continue
+        if name == "weights":
+            from keras_vit.weights import is_name
+
+            if is_name(value):
+                raise ValueError(
+                    f"--weights={value!r} is a published ViT checkpoint; a BiT ResNet ({model}) takes none "
+                    "(BiT checkpoints are not supported): pass --weights=none or a .weights.h5 / .keras file of "
+                    f"the same architecture. Received: --model={model!r}"
+                )
+        elif BIT_REFUSED_FLAGS[name] in (None, value):
+            raise ValueError(
+                f"--{name}={value} applies to ViT models only: a BiT ResNet has no tokens to pool"
+                + (" (its features are pooled with --pooling=avg or max)" if name == "pooling" else "")
+                + f". Received: --model={model!r}"
+            )
+
+
 def define_model(flag_values=FLAGS, *, default=None, required=False, keras_files=True, extra_names=(),
-                 help=None):
-    """`--model`: a variant name (`vit_b16`, any spelling `keras_vit.variants.get_variant` takes) or, with
-    `keras_files`, a `.keras` file. Checked when the flags are parsed: an unknown name or a missing file is a
-    usage error, and so is a `.keras` file together with `--image_size`, `--classes`, `--pooling` or
-    `--classifier` (the file fixes the architecture). `extra_names`: more accepted values (e.g. "tiny")."""
-    what = "a variant name (" + ", ".join(_variant_names()) + ")" + (" or a .keras file" if keras_files else "")
+                 refuse_bit=None, help=None):
+    """`--model`: a variant name (`vit_b16`, any spelling `keras_vit.variants.get_variant` takes), a BiT ResNet
+    name (`BIT_MODELS`) or, with `keras_files`, a `.keras` file. Checked when the flags are parsed: an unknown
+    name or a missing file is a usage error, and so is a `.keras` file together with `--image_size`,
+    `--classes`, `--pooling` or `--classifier` (the file fixes the architecture), or a BiT name with a ViT-only
+    value (`check_bit_arguments`). `extra_names`: more accepted values (e.g. "tiny"). `refuse_bit`: the tool's
+    reason to refuse the BiT names (a usage error saying it; they are then not listed as known)."""
+    names = _variant_names() + ([] if refuse_bit else list(BIT_MODELS))
+    what = "a variant name (" + ", ".join(names) + ")" + (" or a .keras file" if keras_files else "")
     holder = flags.DEFINE_string("model", default, help or f"The model: {what}.", flag_values=flag_values)
     if required:
         require(flag_values, "model")
@@ -127,6 +171,16 @@ def define_model(flag_values=FLAGS, *, default=None, required=False, keras_files
             if not os.path.isfile(model):
                 raise UsageError(f"The model file does not exist. Received: --model={model!r}")
             _refuse_architecture_flags(fv, f"--model={model!r}")
+            return
+        bit = bit_name(model)
+        if bit is not None:
+            if refuse_bit:
+                raise UsageError(f"{refuse_bit} Received: --model={model!r}")
+            given = {name: fv[name].value for name in (*BIT_REFUSED_FLAGS, "weights") if name in fv}
+            try:
+                check_bit_arguments(model, **given)
+            except ValueError as error:
+                raise UsageError(str(error)) from None
             return
         from keras_vit.variants import get_variant
 
@@ -529,7 +583,8 @@ def build_model(model, weights=None, *, image_size=None, classes=None, pooling=N
     Keras model: `keras_vit.applications.build_model`, with a progress line.
 
     Args:
-        model: a variant name (any spelling of `keras_vit.variants.get_variant`), a `.keras` file, or None:
+        model: a variant name (any spelling of `keras_vit.variants.get_variant`), a BiT name (`BIT_MODELS`,
+            `bit_name`), a `.keras` file, or None:
             the architecture the checkpoint `weights` describes (`keras_vit.ViT(weights=...)`).
         weights: None or "none" (random), a published name, a checkpoint or `.weights.h5` file, or (with a
             variant name) a trained `.keras` file, which is then loaded as the model itself.
@@ -566,12 +621,17 @@ def build_model(model, weights=None, *, image_size=None, classes=None, pooling=N
 
         progress(f"loading {weights} ...")
         return vit.ViT(weights=weights, **kwargs)
-    from keras_vit.variants import get_variant
+    bit = bit_name(model)
+    if bit is not None:
+        check_bit_arguments(model, weights=weights, pooling=kwargs.get("pooling"), classifier=kwargs.get("classifier"))
+        model = bit
+    else:
+        from keras_vit.variants import get_variant
 
-    try:
-        model = get_variant(model).model_name
-    except ValueError:
-        pass  # applications.build_model names the known models
+        try:
+            model = get_variant(model).model_name
+        except ValueError:
+            pass  # applications.build_model names the known models
     progress(f"building {model} with {_describe_weights(weights)} ...")
     return applications.build_model(model, weights, **kwargs)
 

@@ -127,8 +127,11 @@ def summary(model, source, destination: str, digest: str, source_path: str | Non
 FLAGS = flags.FlagValues()
 cli.define_weights(FLAGS, help="The checkpoint to convert: a .npz, .safetensors or Hugging Face folder, or a "
                    "published name (then --model is required).")
-cli.define_model(FLAGS, keras_files=False, help="The variant the checkpoint must match, e.g. vit_b16 (default: "
-                 "the architecture the checkpoint describes; required with a published name).")
+NOT_CONVERTIBLE = ("keras_vit.convert converts ViT checkpoints; BiT checkpoints are not supported (a BiT ResNet "
+                   "trains from scratch: python -m training.train --model=bit_r50x1).")
+cli.define_model(FLAGS, keras_files=False, refuse_bit=NOT_CONVERTIBLE, help="The variant the checkpoint must "
+                 "match, e.g. vit_b16 (default: the architecture the checkpoint describes; required with a "
+                 "published name).")
 cli.define_out(FLAGS, "The .weights.h5 file to write.")
 cli.define_image_size(FLAGS, help="Resolution to build at, resampling the position embedding (default: the "
                       "checkpoint's).")

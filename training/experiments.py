@@ -1,6 +1,6 @@
 """The paper's experiments in miniature: ViT against a BiT ResNet and a hybrid as the data and compute grow.
 
-    python -m training.experiments --out=experiments                 # digits: 60 short runs, under 20 minutes on 2 idle CPU cores
+    python -m training.experiments --out=experiments                 # digits: 60 short runs (timing: docs/EXPERIMENTS.md)
     python -m training.experiments --out=runs/cifar10 --dataset=cifar10 --image_size=32 --steps=3000 --seeds=3
 
 Three studies (`--studies`, default all three), over the same trained runs:
@@ -27,8 +27,10 @@ Data come from the training app (`training.data`): `digits` (embedded), `folder:
 tensorflow-datasets name, with the app's augmentation; the recipe is the app's (`training.config`, the one
 `python -m training.train` would choose for the dataset) and its optimizer (`training.optim`), under
 `--strategy` (`training.distribute`). Each run trains with `model.fit`: the app's loop (`training.loop`)
-builds only ViTs from a config, reads whole named splits, and writes a workdir with checkpoints and an
-export per run, which a study of many short runs on subsets of a split does not need.
+builds one model from a config, reads whole named splits, and writes a workdir with checkpoints and an
+export per run, which a study of many short runs on subsets of a split does not need. One baseline alone
+trains with the app: `python -m training.train --model=bit_r50x1` (BiT-R50x1 from scratch) or
+`--model=bit_tiny` (the "bit" model here).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ import numpy as np
 from absl import flags
 
 from keras_vit import cli
+from training.model import TINY_BIT  # no Keras import: the module imports it when it builds
 
 STUDIES = ("data_size", "compute", "attention_distance")
 FRACTIONS = (0.05, 0.1, 0.25, 0.5, 1.0)
@@ -65,7 +68,7 @@ MODELS = {
                                                   mlp_dim=64)),
     "vit_base": ModelSpec("ViT-B/4", "vit", dict(patch_size=PATCH, hidden_size=64, num_layers=4, num_heads=4,
                                                  mlp_dim=128)),  # the training app's "tiny" demo model
-    "bit": ModelSpec("BiT-R11", "bit", dict(block_units=(1, 1, 1), width=16, groups=8)),
+    "bit": ModelSpec("BiT-R11", "bit", dict(TINY_BIT)),  # the training app's --model=bit_tiny
     "hybrid": ModelSpec("R5+ViT-S/4", "vit", dict(patch_size=PATCH, hidden_size=32, num_layers=2, num_heads=2,
                                                   mlp_dim=64, hybrid=dict(block_units=(1,), width=16, groups=8))),
 }

@@ -163,7 +163,7 @@ def load_representation_model(model, weights=None, image_size=None, classifier=N
     if model.endswith(".keras") or str(weights).endswith(".keras"):
         built = cli.build_model(model, weights, **kwargs)
     else:
-        pooling = "avg" if classifier == "gap" else "token"
+        pooling = "avg" if classifier == "gap" or cli.bit_name(model) else "token"  # a BiT ResNet: mean features
         built = cli.build_model(model, weights, image_size=image_size, pooling=pooling, **kwargs)
     return representation_model(built)
 

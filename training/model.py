@@ -1,40 +1,112 @@
-"""Builds the ViT of a training config: variant or tiny model, overrides, weights, recipe head init.
+"""Builds the model of a training config: a ViT (variant or tiny model, overrides, weights, recipe head init)
+or the paper's BiT ResNet baseline (`bit_r50x1`, or its miniature `bit_tiny`), trained from scratch.
 
 Example:
     >>> from training.config import make_config
     >>> model = build_model(make_config("demo"), num_classes=10)
     >>> model.output_shape
     (None, 10)
+    >>> build_model(make_config("demo", model="bit_tiny"), num_classes=10).count_params()
+    128666
 """
 
 from __future__ import annotations
 
-import keras
+from keras_vit import cli
 
-import keras_vit
-from keras_vit import model_parts
+TINY_BIT = dict(block_units=(1, 1, 1), width=16, groups=8)
+"""The miniature BiT ResNet v2 of `--model=bit_tiny`: that of `training.experiments` ("BiT-R11")."""
+
+BIT_MODELS = ("bit_tiny", *cli.BIT_MODELS)
+"""The `--model` values that train a BiT ResNet (`keras_vit.BiT`) instead of a ViT."""
+
+VIT_ONLY_FIELDS = ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim", "qkv_bias", "classifier",
+                   "representation_size", "dropout_rate", "drop_path_rate")
+"""Config fields that shape or regularise a ViT only; a BiT model refuses any value but their default."""
 
 
-def build_model(cfg, num_classes: int) -> keras.Model:
-    """`keras_vit.ViT` for `cfg` (a `training.config.Config`), returning logits (no softmax).
+def is_bit(model: str) -> bool:
+    """Whether the config's `model` is a BiT ResNet (`BIT_MODELS`, any spelling of `keras_vit.cli.bit_name`)."""
+    return model == "bit_tiny" or cli.bit_name(model) is not None
 
-    `cfg.weights` goes to `ViT(weights=...)` (the loader resamples position embeddings to
-    `cfg.image_size`, paper section 3.2). `cfg.zero_head` zero-initialises the head (fine-tuning,
-    Appendix B.1.1); `cfg.head_bias_init` sets the head bias (-10 in the imagenet21k pre-training).
+
+def check_model(cfg) -> None:
+    """Raises ValueError for a `model` the app cannot build, or a BiT `model` with a ViT-only setting.
+
+    A ViT `model` is "tiny" or a `keras_vit.variants` name; a BiT one trains from scratch (or from a Keras
+    weights file of the same architecture), so the ViT fields (`VIT_ONLY_FIELDS`) must keep their defaults
+    and `weights` must not be a published (ViT) checkpoint.
     """
-    name = cfg.model if cfg.model != "tiny" else "vit_tiny"
-    model = keras_vit.ViT(
-        image_size=cfg.image_size,
-        classes=num_classes,
-        classifier=cfg.classifier,
-        representation_size=cfg.representation_size,
-        weights=cfg.weights,
-        classifier_activation=None,
-        dropout_rate=cfg.dropout_rate,
-        drop_path_rate=cfg.drop_path_rate,
-        name=name,
-        **cfg.model_kwargs(),
-    )
+    import dataclasses
+
+    if not is_bit(cfg.model):
+        if cfg.model != "tiny":
+            from keras_vit.variants import get_variant
+
+            try:
+                get_variant(cfg.model)
+            except ValueError as error:
+                raise ValueError(f"{error} Or 'tiny', or a BiT ResNet: {', '.join(BIT_MODELS)}.") from None
+        return
+    from training.config import RECIPES
+
+    defaults = {f.name: f.default for f in dataclasses.fields(cfg)}
+    for name in VIT_ONLY_FIELDS:
+        if name not in defaults or getattr(cfg, name) == defaults[name]:
+            continue
+        value = getattr(cfg, name)
+        source = (f" (set by --recipe={cfg.recipe}: choose another recipe)"
+                  if RECIPES.get(cfg.recipe, {}).get(name, defaults[name]) == value else "")
+        raise ValueError(f"--{name}={value} applies to ViT models only{source}. Received: --model={cfg.model}")
+    if cfg.weights is not None:
+        from keras_vit.weights import is_name
+
+        if is_name(cfg.weights):
+            raise ValueError(
+                f"--weights={cfg.weights} is a published ViT checkpoint; a BiT ResNet trains from scratch or from a "
+                f"Keras .weights.h5 / .keras file of the same architecture. Received: --model={cfg.model}"
+            )
+
+
+def build_model(cfg, num_classes: int):
+    """The `keras.Model` for `cfg` (a `training.config.Config`), returning logits (no softmax).
+
+    A ViT (`keras_vit.ViT`): `cfg.weights` goes to `ViT(weights=...)` (the loader resamples position
+    embeddings to `cfg.image_size`, paper section 3.2). A BiT (`keras_vit.BiT_R50x1` for `bit_r50x1`, the
+    `TINY_BIT` `keras_vit.BiT` for `bit_tiny`): from scratch, or `cfg.weights` as a Keras weights file.
+    `cfg.zero_head` zero-initialises the head (fine-tuning, Appendix B.1.1; a BiT head starts at zero
+    anyway); `cfg.head_bias_init` sets the head bias (-10 in the imagenet21k pre-training).
+    """
+    import keras
+
+    import keras_vit
+    from keras_vit import model_parts
+
+    if is_bit(cfg.model):
+        check_model(cfg)
+        shape = dict(input_shape=(cfg.image_size, cfg.image_size, 3), classes=num_classes,
+                     classifier_activation=None, weights=cfg.weights)
+        if cfg.model == "bit_tiny":
+            model = keras_vit.BiT(**TINY_BIT, **shape, name="bit_tiny")
+        else:
+            from keras_vit import applications
+
+            name = cli.bit_name(cfg.model)
+            model = applications.CONSTRUCTORS[name](**shape, name=name)
+    else:
+        name = cfg.model if cfg.model != "tiny" else "vit_tiny"
+        model = keras_vit.ViT(
+            image_size=cfg.image_size,
+            classes=num_classes,
+            classifier=cfg.classifier,
+            representation_size=cfg.representation_size,
+            weights=cfg.weights,
+            classifier_activation=None,
+            dropout_rate=cfg.dropout_rate,
+            drop_path_rate=cfg.drop_path_rate,
+            name=name,
+            **cfg.model_kwargs(),
+        )
     head = model_parts.head(model)
     if cfg.zero_head:
         head.kernel.assign(keras.ops.zeros_like(head.kernel))

@@ -18,7 +18,10 @@ from absl import flags
 from keras_vit import cli
 
 FLAGS = flags.FlagValues()
-cli.define_model(FLAGS, required=True)
+NOT_A_VIT = ("keras_vit.inspect draws a ViT's attention maps, attention distances, position embeddings and "
+             "patch-embedding filters; a BiT ResNet has none of them (no attention, no patches): inspect a ViT "
+             "(e.g. vit_b16) or the hybrid (vit_r50_b16) instead.")
+cli.define_model(FLAGS, required=True, refuse_bit=NOT_A_VIT)
 cli.define_weights(FLAGS, required=True, purpose="the attention maps and distances")
 cli.define_image_size(FLAGS)
 cli.define_classes(FLAGS)
@@ -78,6 +81,10 @@ def run(argv):
     from keras_vit.inspect.report import write_report
 
     model = cli.model_from_flags(FLAGS)
+    from keras_vit import model_parts
+
+    if not any(layer.name == model_parts.PATCH_ENCODER for layer in model.layers):  # e.g. a BiT .keras file
+        raise ValueError(f"{NOT_A_VIT} Received: model {model.name!r} ({FLAGS.model})")
     cli.progress(f"reading {len(paths)} image{'s' if len(paths) > 1 else ''} ...")
     images = load_images(paths, model.input_shape[1:3])
     cli.progress(f"computing attention and writing the report to {FLAGS.out} ...")
