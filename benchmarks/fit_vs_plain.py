@@ -45,8 +45,12 @@ def load_folder(root, size=28):
     return splits["train"], splits["test"], len(classes)
 
 
-def plain_like_init(vit, seed):
-    """The initialisers of the plain script's layers on keras_vit's weights (same shapes, other scales)."""
+PARTS = ("patch", "attention", "head")
+
+
+def plain_like_init(vit, seed, parts=PARTS):
+    """The initialisers of the plain script's layers on keras_vit's weights (same shapes, other scales), for
+    the `parts` named (of `PARTS`)."""
     import keras
 
     from keras_vit import model_parts
@@ -57,8 +61,9 @@ def plain_like_init(vit, seed):
 
     projection = model_parts.patch_encoder(vit).projection.kernel  # (P*P*C, D); Conv2D fans: P*P*C, P*P*D
     patch_area = projection.shape[0] // 3
-    uniform(projection, projection.shape[0], patch_area * projection.shape[1], 1)
-    for i, layer in enumerate(model_parts.encoder_blocks(vit)):
+    if "patch" in parts:
+        uniform(projection, projection.shape[0], patch_area * projection.shape[1], 1)
+    for i, layer in enumerate(model_parts.encoder_blocks(vit) if "attention" in parts else ()):
         attention = layer.attention
         for j, dense in enumerate((attention.query, attention.key, attention.value)):
             width, heads, head_dim = dense.kernel.shape  # EinsumDense fans: heads*width, head_dim*width
@@ -66,7 +71,27 @@ def plain_like_init(vit, seed):
         heads, head_dim, width = attention.out.kernel.shape
         uniform(attention.out.kernel, head_dim * heads, width * heads, 15 + 10 * i)
     head = model_parts.head(vit).kernel
-    uniform(head, head.shape[0], head.shape[1], 2)
+    if "head" in parts:
+        uniform(head, head.shape[0], head.shape[1], 2)
+
+
+def deit_like_init(vit, seed):
+    """timm's / DeiT's from-scratch initialisation on keras_vit's weights: every Dense kernel (q/k/v, out, MLP,
+    head) truncated normal with std 0.02, the patch embedding PyTorch's Conv2d default U(+-1/sqrt(fan_in))."""
+    import keras
+
+    from keras_vit import model_parts
+
+    projection = model_parts.patch_encoder(vit).projection.kernel
+    limit = 1.0 / math.sqrt(projection.shape[0])
+    projection.assign(keras.random.uniform(projection.shape, -limit, limit, seed=seed * 1000 + 1))
+    kernels = [model_parts.head(vit).kernel]
+    for block in model_parts.encoder_blocks(vit):
+        attention = block.attention
+        kernels += [attention.query.kernel, attention.key.kernel, attention.value.kernel, attention.out.kernel,
+                    block.mlp_dense_1.kernel, block.mlp_dense_2.kernel]
+    for offset, kernel in enumerate(kernels):
+        kernel.assign(keras.random.truncated_normal(kernel.shape, stddev=0.02, seed=seed * 1000 + 10 + offset))
 
 
 def fit_keras_vit(folder, seed, init):
@@ -80,6 +105,10 @@ def fit_keras_vit(folder, seed, init):
                         classes=classes, classifier_activation=None)
     if init == "plain":
         plain_like_init(vit, seed)
+    elif init == "deit":
+        deit_like_init(vit, seed)
+    elif init.startswith("plain:"):  # e.g. plain:patch+head
+        plain_like_init(vit, seed, init.split(":", 1)[1].split("+"))
     inputs = keras.Input((28, 28, 3))
     shift = FOLDER_BUDGET["shift"]
     model = keras.Model(inputs, vit(keras.layers.RandomTranslation(shift, shift)(inputs)))
@@ -101,6 +130,14 @@ def run_plain(baseline, folder):
     return {"accuracy": float(found.group(1)), "fit_s": float(found.group(2))}
 
 
+def _row_name(init):
+    if init == "official":
+        return "keras_vit"
+    if init in ("plain", "deit"):
+        return f"keras_vit, {init}-like init"
+    return f"keras_vit, plain-like {init.split(':', 1)[1]} init"
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--baseline", required=True, help="the plain Keras ViT script")
@@ -108,6 +145,10 @@ def main(argv=None):
                         help="comma-separated kinds of quality_data.py, or paths of existing image folders")
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--train_per_class", type=int, default=400)
+    parser.add_argument("--inits", default="official,plain",
+                        help="keras_vit initialisations to fit: official, plain (all of the plain script's), or "
+                             "plain:PART[+PART] for some of them (parts: patch, attention, head), deit (timm's)")
+    parser.add_argument("--skip_plain", action="store_true", help="do not run the plain script")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)  # folder seed init: one fit, JSON out
     parser.add_argument("--json")
     args = parser.parse_args(argv)
@@ -124,18 +165,22 @@ def main(argv=None):
             if not os.path.isdir(dataset):
                 folder = os.path.join(scratch, dataset)
                 quality_data.make(dataset, folder, args.train_per_class, 100)
-            rows = results.setdefault(dataset, {"keras_vit": [], "keras_vit, plain-like init": [], "plain": []})
+            inits = {_row_name(init): init for init in args.inits.split(",")}
+            rows = results.setdefault(dataset, {**{name: [] for name in inits}, "plain": []})
             for seed in range(args.seeds):
-                for name, init in (("keras_vit", "official"), ("keras_vit, plain-like init", "plain")):
+                for name, init in inits.items():
                     done = subprocess.run([sys.executable, __file__, "--baseline", args.baseline, "--child", folder,
                                            str(seed), init], capture_output=True, text=True, check=True,
                                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
                     rows[name].append(json.loads(done.stdout.strip().splitlines()[-1]))
-                rows["plain"].append(run_plain(args.baseline, folder))
-                print(dataset, seed, {k: v[-1]["accuracy"] for k, v in rows.items()}, flush=True)
+                if not args.skip_plain:
+                    rows["plain"].append(run_plain(args.baseline, folder))
+                print(dataset, seed, {k: v[-1]["accuracy"] for k, v in rows.items() if v}, flush=True)
     print("| dataset | model | accuracy (mean over seeds) |\n|---|---|---|")
     for dataset, rows in results.items():
         for name, runs in rows.items():
+            if not runs:
+                continue
             print(f"| {dataset} | {name} | {sum(r['accuracy'] for r in runs) / len(runs):.4f} |")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as file:

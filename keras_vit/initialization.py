@@ -1,0 +1,82 @@
+"""How a ViT built without a checkpoint starts: the official code's initialisation, or one for training from scratch.
+
+A loaded checkpoint replaces every weight, so this only matters for `ViT(weights=None)`. Two schemes:
+
+- `"official"`: the Flax code's (google-research/vision_transformer, big_vision): `lecun_normal` patch
+  embedding, Glorot q/k/v/out kernels with the fans of the equivalent (D, D) matrix, Glorot MLP kernels, a
+  zero head. It was made for pre-training on tens of millions of images, and it is what a published
+  checkpoint's new head gets when fine-tuning (zero head).
+- `"scratch"` (the default for `weights=None`): the scales of the Keras layers a plain Keras ViT is written
+  with (`Conv2D` patchify, `MultiHeadAttention`, a `Dense` head): Glorot with Keras' fans for the patch
+  embedding as a convolution (P*P*C in, P*P*D out), for the multi-axis attention kernels, and a Glorot head.
+  The patch and attention kernels start several times smaller than the official ones and the head is not
+  zero; on small data trained from scratch this learns better (`benchmarks/fit_vs_plain.py`, results in
+  benchmarks/TRAINING.md). The MLP, the biases, the class token and the position embedding are the same in
+  both.
+
+Random draws use Keras' global seed (`keras.utils.set_random_seed` makes them repeatable).
+
+Example:
+    >>> import keras_vit
+    >>> from keras_vit import model_parts
+    >>> model = keras_vit.ViT(image_size=32, patch_size=8, hidden_size=64, num_layers=2, num_heads=4,
+    ...                       mlp_dim=128, classes=10)  # weights=None: initialization="scratch"
+    >>> bool(abs(model_parts.head(model).kernel.numpy()).max() > 0)
+    True
+    >>> official = keras_vit.ViT(image_size=32, patch_size=8, hidden_size=64, num_layers=2, num_heads=4,
+    ...                          mlp_dim=128, classes=10, initialization="official")
+    >>> float(abs(model_parts.head(official).kernel.numpy()).max())
+    0.0
+"""
+
+import math
+
+import keras
+
+from keras_vit import model_parts
+
+SCHEMES = ("official", "scratch")
+
+
+def glorot_limit(fan_in: int, fan_out: int) -> float:
+    """The bound of Glorot's uniform distribution, sqrt(6 / (fan_in + fan_out))."""
+    return math.sqrt(6.0 / (fan_in + fan_out))
+
+
+def keras_fans(shape) -> tuple[int, int]:
+    """Keras' fans of a kernel (`keras.initializers` `compute_fans`): the axes before the last two count as a
+    receptive field, as for a convolution."""
+    if len(shape) < 2:
+        return shape[0], shape[0]
+    receptive_field = math.prod(shape[:-2])
+    return shape[-2] * receptive_field, shape[-1] * receptive_field
+
+
+def _assign_uniform(variable, limit: float) -> None:
+    variable.assign(keras.random.uniform(variable.shape, -limit, limit, dtype=variable.dtype))
+
+
+def initialize(model: keras.Model, scheme: str) -> keras.Model:
+    """Re-draws `model`'s weights by `scheme` (one of `SCHEMES`) and returns it; `"official"` leaves the
+    layers' own initialisation as it is. The model must be a `keras_vit.ViT`; a hybrid's ResNet stem keeps
+    its own initialisation.
+
+    Raises:
+        ValueError: for an unknown scheme.
+    """
+    if scheme not in SCHEMES:
+        raise ValueError(f"Unknown initialization. Received: initialization={scheme!r}. Known: {', '.join(SCHEMES)}.")
+    if scheme == "official":
+        return model
+    projection = model_parts.patch_encoder(model).projection.kernel  # (P*P*C, D): Conv2D (P, P, C, D) fans
+    channels = model.input_shape[-1] if model_parts.resnet_stem(model) is None else projection.shape[0]
+    patch_area = projection.shape[0] // channels
+    _assign_uniform(projection, glorot_limit(projection.shape[0], patch_area * projection.shape[1]))
+    for block in model_parts.encoder_blocks(model):
+        attention = block.attention
+        for dense in (attention.query, attention.key, attention.value, attention.out):
+            _assign_uniform(dense.kernel, glorot_limit(*keras_fans(dense.kernel.shape)))
+    head = model_parts.head(model)
+    if head is not None:
+        _assign_uniform(head.kernel, glorot_limit(*head.kernel.shape))
+    return model
