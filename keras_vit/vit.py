@@ -120,7 +120,7 @@ def ViT(
             official checkpoint [the checkpoint's, else True]. A checkpoint with (non-zero) query/key/value
             biases is refused for `qkv_bias=False`, one without them for `qkv_bias=True`.
         initialization: how the weights start without a checkpoint (`keras_vit.initialization`): `"scratch"`
-            (Keras' layer scales and a Glorot head: better for training from scratch on small data) or
+            (smaller patch and attention kernels, a Glorot head: better for training from scratch on small data) or
             `"official"` (the Flax code's, zero head) ["scratch" for `weights=None`; with `weights` the
             checkpoint's values, and a new head for other classes is zero, as the official fine-tuning].
 

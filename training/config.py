@@ -93,8 +93,8 @@ class Config:
     qkv_bias: bool | None = _field(  # None: the checkpoint's with --weights, else the variant's (biases)
         None, "Biases on the attention's query/key/value projections (default: the checkpoint's, else on).")
     initialization: str | None = _field(  # None: keras_vit's default, "scratch" without --weights
-        None, "How a ViT without --weights starts (keras_vit.initialization): scratch (Keras' layer scales, "
-        "better from scratch on small data; the default) or official (the Flax code's: the paper's recipes). "
+        None, "How a ViT without --weights starts (keras_vit.initialization): scratch (smaller patch and attention "
+        "kernels and a non-zero head, better from scratch on small data; the default) or official (the Flax code's: the paper's recipes). "
         "A BiT model starts as BiT does.",
         enum_values=["scratch", "official"])
     head_bias_init: float = _field(0.0, "Initial head bias (-10 in the imagenet21k pre-training).")
@@ -111,8 +111,8 @@ class Config:
     train_split: str | None = _field(None, "Training split (default train).")
     eval_split: str | None = _field(None, "Evaluation split (default test, val or validation).")
     image_size: int = _field(16, "Training and evaluation resolution.", lower_bound=1)
-    crop: str = _field("inception", "Training crop: inception (random-resized), translate (random shift by up to a "
-                       "tenth of the side, reflected borders) or none.", enum_values=list(CROPS))
+    crop: str = _field("inception", "Training crop: inception (random-resized), translate (random shift by up to 8% "
+                       "of the side, bilinear, reflected borders) or none.", enum_values=list(CROPS))
     crop_min_area: float = _field(0.05, "Smallest Inception-crop area fraction (0.05 officially).")
     flip: bool = _field(True, "Random horizontal flips while training.")
     randaugment: tuple[int, int] | None = _field(
@@ -213,8 +213,9 @@ RECIPES: dict[str, dict] = {
     # Training from scratch on a small dataset (thousands of images), the common case of a user's folder. The
     # AugReg finding (Steiner et al. 2021) at small scale: augmentation and regularisation stand in for data.
     # AdamW 2e-3 with decoupled weight decay 0.05, warm-up 200 steps (clamped to a tenth of a short run),
-    # cosine decay, label smoothing 0.1 and, for small images, random translation by up to a tenth of the
-    # side (a resized crop cuts glyphs; flips change them); the training step XLA-compiled, as Keras'
+    # cosine decay, label smoothing 0.1 and, for small images, random translation by up to 8% of the side
+    # in fractions of a pixel, as the plain Keras ViT's RandomTranslation (a resized crop cuts glyphs; flips
+    # change them); the training step XLA-compiled, as Keras'
     # `model.fit` does by default. Measured against a plain Keras ViT in benchmarks/train_quality.py
     # (benchmarks/TRAINING.md).
     "scratch": dict(
