@@ -16,9 +16,12 @@ from training import config, data, loop
 
 TINY = dict(image_size=8, patch_size=4, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32, global_batch_size=16,
             log_every=1, show_predictions=0, export=False, jit_compile=False)
-# Adam at 1e10 without warm-up: finite for the first steps, then the weights overflow (1e5 no longer diverged
-# within 10 steps once the model build was restructured; 1e30 overflows before the first checkpoint is written).
-DIVERGING = dict(steps=10, learning_rate=1e10, warmup_steps=0, checkpoint_every=1)
+# Adam without warm-up at a learning rate that makes the weights overflow within 10 steps. Which rate does it
+# after a few finite steps depends on the model's initial numerics (1e5 stopped diverging when the model build was
+# restructured, 1e10 then overflowed at step 2 once from-scratch models got smaller initial scales), so the
+# fixture climbs a ladder of rates and keeps the first run that diverges after a finite checkpoint was written.
+DIVERGING = dict(steps=10, warmup_steps=0, checkpoint_every=1)
+DIVERGING_RATES = (1e6, 1e7, 3e7, 1e8, 1e9, 1e10)
 
 
 def make_config(workdir, **overrides):
@@ -78,11 +81,25 @@ def non_finite_tensors(prefix):
 
 @pytest.fixture(scope="module")
 def diverged(tmp_path_factory):
-    """A workdir whose run diverged, and the error message."""
-    workdir = tmp_path_factory.mktemp("diverged")
-    with pytest.raises(loop.TrainingDiverged) as info:
-        run(workdir, **DIVERGING)
-    return workdir, str(info.value)
+    """A workdir whose run diverged after writing a finite checkpoint, the error message and the learning rate."""
+    messages = []
+    for rate in DIVERGING_RATES:
+        workdir = tmp_path_factory.mktemp("diverged")
+        try:
+            run(workdir, **DIVERGING, learning_rate=rate)
+        except loop.TrainingDiverged as stop:
+            messages.append(f"{rate:g}: {stop}")
+            if "last good checkpoint is" in str(stop):
+                return workdir, str(stop), rate
+        else:
+            messages.append(f"{rate:g}: finished without diverging")
+    pytest.fail("no learning rate diverged after a finite checkpoint:\n" + "\n".join(messages))
+
+
+def test_a_divergence_before_any_finite_checkpoint_says_there_is_none(tmp_path):
+    with pytest.raises(loop.TrainingDiverged, match="no last good checkpoint") as info:
+        run(tmp_path, **DIVERGING, learning_rate=1e15)
+    assert "--resume_with_changes to train again from step 0" in str(info.value)
 
 
 def named_checkpoint(message):
@@ -92,7 +109,7 @@ def named_checkpoint(message):
 
 
 def test_divergence_saves_only_finite_state_and_names_a_finite_checkpoint(diverged):
-    workdir, message = diverged
+    workdir, message, _ = diverged
     prefix, step = named_checkpoint(message)
     assert os.path.exists(prefix + ".index")
     assert non_finite_tensors(prefix) == []
@@ -105,7 +122,7 @@ def test_divergence_saves_only_finite_state_and_names_a_finite_checkpoint(diverg
 
 
 def test_advised_rerun_with_a_lower_learning_rate_resumes_and_finishes(diverged, tmp_path, capsys):
-    source, message = diverged
+    source, message, rate = diverged
     prefix, step = named_checkpoint(message)
     workdir = tmp_path / "run"
     shutil.copytree(source, workdir)
@@ -122,7 +139,7 @@ def test_advised_rerun_with_a_lower_learning_rate_resumes_and_finishes(diverged,
     assert "after 10 steps" in out.strip().splitlines()[-1]
     saved = json.loads((workdir / "config.json").read_text())
     assert saved["learning_rate"] == 1e-3
-    assert saved["resumed_with_changes"] == [{"step": step, "changed": {"learning_rate": [DIVERGING["learning_rate"], 1e-3]}}]
+    assert saved["resumed_with_changes"] == [{"step": step, "changed": {"learning_rate": [rate, 1e-3]}}]
     assert config.Config.from_json((workdir / "config.json").read_text()).learning_rate == 1e-3
     assert non_finite_tensors(workdir / "checkpoints" / "ckpt-10") == []
 
