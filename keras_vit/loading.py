@@ -334,8 +334,9 @@ def _check_keras_weights_count(model, path: str) -> None:
     if len(datasets) != len(model.weights):
         raise ValueError(
             f"The weights file {path!r} does not match the architecture of model {model.name!r}: it holds "
-            f"{len(datasets)} tensors, the model has {len(model.weights)} weights (another depth, head or "
-            "include_top?). Rebuild the model with the architecture the file was saved from."
+            f"{len(datasets)} tensors, the model has {len(model.weights)} weights (another depth, head, "
+            "include_top, or classifier: a 'gap' model has no [class] token, one tensor fewer than 'token'). "
+            "Rebuild the model with the architecture the file was saved from."
         )
 
 

@@ -35,6 +35,31 @@ def test_a_run_without_recipe_gets_the_recipe_of_its_situation(overrides, recipe
         assert cfg.crop_min_area >= 0.25  # not the 5% of ImageNet-scale pre-training
 
 
+@pytest.mark.parametrize("overrides, classifier", [
+    ({"dataset": "folder:/data/letters", "image_size": 28}, "gap"),  # a ViT from scratch, recipe chosen
+    ({"dataset": "folder:/data/letters", "image_size": 28, "classifier": "token"}, "token"),  # the flag wins
+    ({"dataset": "folder:/data/letters", "image_size": 28, "weights": "run/model.weights.h5"}, "gap"),  # no run
+    ({"dataset": "folder:/data/letters", "image_size": 28, "model": "bit_tiny"}, None),  # no ViT head
+    ({"dataset": "cifar10", "weights": "augreg_in21k"}, None),  # finetune: the checkpoint's
+    ({}, None),  # the demo
+])
+def test_a_vit_from_scratch_gets_a_global_average_pooled_head_when_the_recipe_is_chosen(overrides, classifier):
+    cfg = config.make_config(None, **overrides)
+    assert cfg.classifier == classifier
+    from_scratch = classifier == "gap" and "classifier" not in overrides and "weights" not in overrides
+    assert ("global-average-pooled head" in cfg.recipe_reason) == from_scratch
+    if "dataset" in overrides:  # an explicit --recipe takes its values as they are
+        assert config.make_config("scratch", **overrides).classifier == overrides.get("classifier")
+
+
+@pytest.mark.parametrize("saved, classifier", [({"classifier": "gap"}, "gap"), ({"classifier": None}, "token"),
+                                               ({}, "token")])
+def test_a_fine_tune_from_ones_own_run_takes_the_head_of_that_run(tmp_path, saved, classifier):
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    weights = str(tmp_path / "model.weights.h5")
+    assert config.make_config(None, dataset="folder:/data/letters", weights=weights).classifier == classifier
+
+
 def test_an_explicit_recipe_is_taken_as_it_is():
     cfg = config.make_config("finetune", dataset="folder:/data/letters", image_size=28)
     assert (cfg.recipe, cfg.recipe_reason, cfg.crop, cfg.flip, cfg.crop_min_area) == ("finetune", None, "inception",

@@ -219,6 +219,16 @@ def test_unreadable_checkpoints_are_refused_unless_overwritten(finished, tmp_pat
     assert checkpoint_numbers(workdir) == [4, 6] and non_finite_tensors(workdir / "checkpoints" / "ckpt-6") == []
 
 
+def test_a_run_from_before_a_changed_default_resumes_with_the_old_value_given(finished, tmp_path):
+    workdir = tmp_path / "run"
+    shutil.copytree(finished, workdir)
+    assert json.loads((workdir / "config.json").read_text())["classifier"] is None  # the [class] token
+    with pytest.raises(loop.WorkdirError, match=r"classifier.*where a default changed since that run"):
+        run(workdir, **FINISHED, classifier="gap")
+    out = run(workdir, **FINISHED, classifier="token")  # the same head, spelt out
+    assert "resumed from" in out and "after 6 steps" in out.strip().splitlines()[-1]
+
+
 def test_leftover_temp_folders_of_interrupted_saves_are_removed(finished, tmp_path):
     workdir = tmp_path / "run"
     shutil.copytree(finished, workdir)

@@ -65,6 +65,14 @@ HISTORY_KEY = "resumed_with_changes"  # in config.json: [{"step": N, "changed": 
 EVAL_PROGRESS_FROM = 50  # evaluations of at least this many batches print progress
 
 
+def _resolved(values: dict) -> dict:
+    """A config.json's values with the defaults that mean the same thing made equal: a ViT without --weights
+    and without --classifier has the [class] token head (so an older run resumes with --classifier=token)."""
+    if values.get("classifier") is None and not values.get("weights"):
+        return dict(values, classifier="token")
+    return values
+
+
 class TrainingDiverged(RuntimeError):
     """The loss, the weights or the optimizer state became NaN or infinite; the last good checkpoint is kept."""
 
@@ -196,15 +204,16 @@ class _Run:
             ) from error
         self._config_history = list(old.get(HISTORY_KEY, []))
         # A field newer than that config.json (e.g. augment_library) had its default there, as in `Config.from_json`.
-        old = {**{f.name: f.default for f in dataclasses.fields(Config)}, **old}
-        new = json.loads(self.cfg.to_json())
+        old = _resolved({**{f.name: f.default for f in dataclasses.fields(Config)}, **old})
+        new = _resolved(json.loads(self.cfg.to_json()))
         changed = {k: (old.get(k), new[k]) for k in new if old.get(k) != new[k] and k not in RESUMABLE_CHANGES}
         fixed = sorted(set(changed) - OPTIMISATION_CHANGES)
         if not changed or (resume_with_changes and not fixed):
             return changed
         if fixed:
             advice = (f"{', '.join(fixed)} cannot change within a run (the model, the data or the numerics would "
-                      f"differ from the checkpoints'): use the same flags or another --workdir")
+                      f"differ from the checkpoints'): use the same flags (where a default changed since that run, "
+                      f"give its old value, as in {path}) or another --workdir")
             if resume_with_changes:
                 advice += f" (--resume_with_changes allows only {', '.join(sorted(OPTIMISATION_CHANGES))})"
         else:
