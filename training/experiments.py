@@ -321,7 +321,7 @@ def train_runs(setup: Setup, studies=STUDIES, log=print) -> dict:
          "setup": ..., "dataset": {...}}.
     """
     from keras_vit import inspect
-    from training import data, distribute, fewshot, progress
+    from training import data, distribute, fewshot, optim, progress
 
     cfg = recipe(setup)
     strategy = distribute.make_strategy(setup.strategy)
@@ -336,9 +336,10 @@ def train_runs(setup: Setup, studies=STUDIES, log=print) -> dict:
     attention_images = np.concatenate([images.numpy() for images, _ in eval_ds])[: setup.attention_images]
     plan = planned_runs(setup, studies)
     total_steps = len(plan) * setup.steps
+    warmup = optim.fitted_warmup(cfg.warmup_steps, setup.steps)[0]  # as the schedule of each run clamps it
     log(f"{len(plan)} runs of {setup.steps} steps of {batch} images on {setup.dataset} [{train_split}: "
         f"{source.num_examples} images, {num_classes} classes; {eval_split} for accuracy], recipe {cfg.recipe} "
-        f"({cfg.optimizer} lr {cfg.learning_rate:g}, {cfg.schedule}, warm-up {cfg.warmup_steps}, crop {cfg.crop}), "
+        f"({cfg.optimizer} lr {cfg.learning_rate:g}, {cfg.schedule}, warm-up {warmup}, crop {cfg.crop}), "
         f"{type(strategy).__name__}")
     shown = progress.Progress(total_steps, progress.log_cadence(total_steps), items_per_step=batch)
     trainers, runs, attention = {}, [], {}
