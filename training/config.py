@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import math
+import os
 
 OPTIMIZERS = ("adam", "adamw", "sgd")
 SCHEDULES = ("cosine", "linear", "constant")
