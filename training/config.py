@@ -322,20 +322,26 @@ def situational_augmentation(values: dict, overrides: dict) -> dict:
 
 def situational_head(values: dict, overrides: dict) -> dict:
     """The head of a ViT run by the chosen `scratch` recipe (explicit --classifier wins): from scratch, a
-    global-average-pooled head instead of the [class] token: on real handwritten digits (8,000 images, 10 epochs)
-    it learned better in the app (benchmarks/TRAINING.md), as in "Better plain ViT baselines" (Beyer et al. 2022).
-    From one's own Keras weights file, the head of the run that wrote it (its `config.json` beside the file;
-    without one, the app's default for training from scratch, `gap`)."""
+    global-average-pooled head instead of the [class] token, as in "Better plain ViT baselines" (Beyer et al.
+    2022); benchmarks/TRAINING.md has what it gained and cost here. From one's own Keras weights file, the head
+    of the run that wrote it (its `config.json` beside the file; without one, `gap`, the default above)."""
     from training.model import is_bit
 
     if values["recipe"] != "scratch" or "classifier" in overrides or is_bit(values["model"]):
         return values
     weights = values.get("weights")
     if weights:
-        classifier = _classifier_of_run(os.path.join(os.path.dirname(str(weights)), "config.json"))
-        return dict(values, classifier=classifier)
+        return dict(values, classifier=_classifier_of_run(os.path.join(os.path.dirname(str(weights)), "config.json")))
     reason = f"{values['recipe_reason']}, with a global-average-pooled head (--classifier=token for the [class] token)"
     return dict(values, classifier="gap", recipe_reason=reason)
+
+
+def resolved_classifier(values: dict) -> str | None:
+    """The head that a config's values build: `classifier`, where None without --weights is the [class] token
+    ("token"); None with --weights is the checkpoint's."""
+    if values.get("classifier") is None and not values.get("weights"):
+        return "token"
+    return values.get("classifier")
 
 
 def _classifier_of_run(path: str) -> str:
@@ -345,7 +351,7 @@ def _classifier_of_run(path: str) -> str:
             saved = json.load(file)
     except (OSError, ValueError):
         return "gap"
-    return saved.get("classifier") or "token"
+    return resolved_classifier(saved) or "token"
 
 
 def make_config(recipe: str | None = "demo", **overrides) -> Config:

@@ -50,7 +50,7 @@ import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
 from training import augment, data, distribute, optim, progress
-from training.config import OPTIMISATION_FIELDS, Config
+from training.config import OPTIMISATION_FIELDS, Config, resolved_classifier
 from training.model import build_model
 from training.optim import make_optimizer
 
@@ -66,11 +66,9 @@ EVAL_PROGRESS_FROM = 50  # evaluations of at least this many batches print progr
 
 
 def _resolved(values: dict) -> dict:
-    """A config.json's values with the defaults that mean the same thing made equal: a ViT without --weights
-    and without --classifier has the [class] token head (so an older run resumes with --classifier=token)."""
-    if values.get("classifier") is None and not values.get("weights"):
-        return dict(values, classifier="token")
-    return values
+    """A config.json's values with the defaults that mean the same thing made equal (`resolved_classifier`:
+    an older run without --classifier resumes with --classifier=token)."""
+    return dict(values, classifier=resolved_classifier(values))
 
 
 class TrainingDiverged(RuntimeError):
