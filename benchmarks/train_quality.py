@@ -6,6 +6,10 @@ it is, never copied), interleaved (app, plain, app, plain, ...), each in a fresh
 and spread of test accuracy and of wall time per row. Wall time is the whole process, start-up included.
 
     python benchmarks/train_quality.py --baseline PATH/plain_vit.py --seeds 3 --json benchmarks/train_quality.json
+    python benchmarks/train_quality.py --baseline PATH/plain_vit.py --variant token=--classifier=token
+
+`--variant NAME=FLAGS` adds a runner: the app with the defaults plus FLAGS (space-separated), interleaved with
+the others, reported against the plain script like the defaults. It measures a candidate default.
 
 Datasets: `digits` (scikit-learn's 8x8 digits embedded in the app: `--dataset=digits` against the plain
 script's `--digits`), and the generated folders of `quality_data.py` (`digits28`, `shapes`, `textures`,
@@ -35,11 +39,11 @@ FOLDER_BUDGET = dict(epochs=10, batch=128)  # the plain script's folder defaults
 DIGITS_BUDGET = dict(epochs=60, batch=64)  # the plain script's --digits defaults
 
 
-def app_command(dataset, root, seed, workdir, budget):
+def app_command(dataset, root, seed, workdir, budget, flags=()):
     data = ["--dataset=digits"] if dataset == "digits" else [f"--dataset=folder:{root}", "--image_size=28"]
     return [sys.executable, "-m", "training.train", *data, f"--epochs={budget['epochs']}",
             f"--global_batch_size={budget['batch']}", f"--seed={seed}", f"--workdir={workdir}",
-            "--export=false", "--show_predictions=0"]
+            "--export=false", "--show_predictions=0", *flags]
 
 
 def plain_command(baseline, dataset, root, budget):
@@ -56,9 +60,9 @@ def timed(command, env):
     return done.stdout, wall
 
 
-def run_app(dataset, root, seed, scratch, budget, env):
-    workdir = os.path.join(scratch, f"run_{dataset}_{seed}")
-    stdout, wall = timed(app_command(dataset, root, seed, workdir, budget), env)
+def run_app(dataset, root, seed, scratch, budget, env, name="app", flags=()):
+    workdir = os.path.join(scratch, f"{name}_{dataset}_{seed}")
+    stdout, wall = timed(app_command(dataset, root, seed, workdir, budget, flags), env)
     with open(os.path.join(workdir, "metrics.json"), encoding="utf-8") as file:
         accuracy = json.load(file)["eval_accuracy"]
     return {"accuracy": accuracy, "wall_s": wall, "first_line": stdout.splitlines()[0] if stdout else ""}
@@ -80,20 +84,44 @@ def summarise(runs):
     return {"accuracy": stats("accuracy"), "wall_s": stats("wall_s"), "n": len(runs)}
 
 
-def report(results):
+def runner_label(runner):
+    return {"app": "app defaults", "plain": "plain Keras ViT"}.get(runner, f"app {runner}")
+
+
+def report(results, variants):
+    """A markdown table: every runner per dataset, each app runner against the plain script, and the means."""
     lines = ["| dataset | runner | accuracy (mean +- sd) | wall s (mean +- sd) | seeds |", "|---|---|---|---|---|"]
-    gaps, ratios = [], []
+    app_runners = ["app", *variants]
+    gaps = {runner: [] for runner in app_runners}
+    ratios = {runner: [] for runner in app_runners}
     for dataset, rows in results.items():
-        app, plain = summarise(rows["app"]), summarise(rows["plain"])
-        for name, s in (("app defaults", app), ("plain Keras ViT", plain)):
-            lines.append(f"| {dataset} | {name} | {s['accuracy'][0]:.4f} +- {s['accuracy'][1]:.4f} | "
+        summaries = {runner: summarise(runs) for runner, runs in rows.items()}
+        for runner in [*app_runners, "plain"]:
+            s = summaries[runner]
+            lines.append(f"| {dataset} | {runner_label(runner)} | {s['accuracy'][0]:.4f} +- {s['accuracy'][1]:.4f} | "
                          f"{s['wall_s'][0]:.0f} +- {s['wall_s'][1]:.0f} | {s['n']} |")
-        gaps.append(app["accuracy"][0] - plain["accuracy"][0])
-        ratios.append(app["wall_s"][0] / plain["wall_s"][0])
-        lines.append(f"| {dataset} | app - plain | {gaps[-1] * 100:+.2f} points | {ratios[-1]:.2f}x | |")
-    lines.append(f"\nMean gap over datasets: {statistics.mean(gaps) * 100:+.2f} points; wall-time ratios "
-                 f"{', '.join(f'{r:.2f}x' for r in ratios)}.")
+        plain = summaries["plain"]
+        for runner in app_runners:
+            gaps[runner].append(summaries[runner]["accuracy"][0] - plain["accuracy"][0])
+            ratios[runner].append(summaries[runner]["wall_s"][0] / plain["wall_s"][0])
+            lines.append(f"| {dataset} | {runner_label(runner)} - plain | {gaps[runner][-1] * 100:+.2f} points | "
+                         f"{ratios[runner][-1]:.2f}x | |")
+    lines.append("")
+    for runner in app_runners:
+        lines.append(f"{runner_label(runner)}: mean gap over datasets {statistics.mean(gaps[runner]) * 100:+.2f} "
+                     f"points; wall-time ratios {', '.join(f'{r:.2f}x' for r in ratios[runner])}.")
     return "\n".join(lines)
+
+
+def parse_variants(specs, parser):
+    variants = {}
+    for spec in specs:
+        name, sep, flags = spec.partition("=")
+        if not sep or not name or not flags or name in ("app", "plain") or name in variants:
+            parser.error(f"--variant takes NAME=FLAGS with a new name other than app and plain. "
+                         f"Received: --variant={spec!r}")
+        variants[name] = flags.split()
+    return variants
 
 
 def main(argv=None):
@@ -105,13 +133,16 @@ def main(argv=None):
     parser.add_argument("--train_per_class", type=int, default=400)
     parser.add_argument("--test_per_class", type=int, default=100)
     parser.add_argument("--root", help="where the generated folders go (default: a temporary directory)")
+    parser.add_argument("--variant", action="append", default=[],
+                        help="NAME=FLAGS: also run the app with these extra flags (repeatable)")
     parser.add_argument("--json", help="also write every run and the summary to this file")
     args = parser.parse_args(argv)
+    variants = parse_variants(args.variant, parser)
     if not os.path.isfile(args.baseline):
         parser.error(f"--baseline must be the plain script's path. Received: --baseline={args.baseline!r}")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     datasets = args.datasets.split(",")
-    results = {d: {"app": [], "plain": []} for d in datasets}
+    results = {d: {runner: [] for runner in ["app", *variants, "plain"]} for d in datasets}
     jiffies, load_start = cpu_jiffies(), os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as scratch:
         root = args.root or scratch
@@ -121,22 +152,25 @@ def main(argv=None):
                 quality_data.make(dataset, folder, args.train_per_class, args.test_per_class)
             budget = DIGITS_BUDGET if dataset == "digits" else FOLDER_BUDGET
             for seed in range(args.seeds):
-                results[dataset]["app"].append(run_app(dataset, folder, seed, scratch, budget, env))
-                results[dataset]["plain"].append(run_plain(args.baseline, dataset, folder, budget, env))
-                print(f"{dataset} seed {seed}: app {results[dataset]['app'][-1]['accuracy']:.4f} "
-                      f"({results[dataset]['app'][-1]['wall_s']:.0f} s), plain "
-                      f"{results[dataset]['plain'][-1]['accuracy']:.4f} "
-                      f"({results[dataset]['plain'][-1]['wall_s']:.0f} s)", flush=True)
+                rows = results[dataset]
+                rows["app"].append(run_app(dataset, folder, seed, scratch, budget, env))
+                for name, flags in variants.items():
+                    rows[name].append(run_app(dataset, folder, seed, scratch, budget, env, name, flags))
+                rows["plain"].append(run_plain(args.baseline, dataset, folder, budget, env))
+                print(f"{dataset} seed {seed}: " + ", ".join(
+                    f"{runner_label(runner)} {runs[-1]['accuracy']:.4f} ({runs[-1]['wall_s']:.0f} s)"
+                    for runner, runs in rows.items()), flush=True)
     machine = {"load_average_start": load_start, "load_average_end": os.getloadavg()[0],
                "steal_share": steal_share(jiffies, cpu_jiffies()) if jiffies else None,
                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpus": os.cpu_count()}
-    table = report(results)
+    table = report(results, variants)
     print(table)
     print(f"load average {machine['load_average_start']:.1f} -> {machine['load_average_end']:.1f}, steal "
           f"{(machine['steal_share'] or 0) * 100:.1f}%")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as file:
-            json.dump({"machine": machine, "results": results, "table": table}, file, indent=2)
+            json.dump({"machine": machine, "variants": variants, "results": results, "table": table}, file,
+                      indent=2)
 
 
 if __name__ == "__main__":
