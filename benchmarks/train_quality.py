@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -51,37 +52,45 @@ def plain_command(baseline, dataset, root, budget):
     return [sys.executable, baseline, *data, "--epochs", str(budget["epochs"]), "--batch", str(budget["batch"])]
 
 
+def children_cpu_seconds():
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def timed(command, env):
-    start = time.perf_counter()
+    """Runs command; its stdout, wall seconds and CPU seconds (which hypervisor steal does not inflate)."""
+    start, cpu_start = time.perf_counter(), children_cpu_seconds()
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, env=env, check=False)
-    wall = time.perf_counter() - start
+    wall, cpu = time.perf_counter() - start, children_cpu_seconds() - cpu_start
     if done.returncode:
         raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    return done.stdout, wall
+    return done.stdout, wall, cpu
 
 
 def run_app(dataset, root, seed, scratch, budget, env, name="app", flags=()):
     workdir = os.path.join(scratch, f"{name}_{dataset}_{seed}")
-    stdout, wall = timed(app_command(dataset, root, seed, workdir, budget, flags), env)
+    stdout, wall, cpu = timed(app_command(dataset, root, seed, workdir, budget, flags), env)
     with open(os.path.join(workdir, "metrics.json"), encoding="utf-8") as file:
         accuracy = json.load(file)["eval_accuracy"]
-    return {"accuracy": accuracy, "wall_s": wall, "first_line": stdout.splitlines()[0] if stdout else ""}
+    return {"accuracy": accuracy, "wall_s": wall, "cpu_s": cpu, "first_line": stdout.splitlines()[0] if stdout else ""}
 
 
 def run_plain(baseline, dataset, root, budget, env):
-    stdout, wall = timed(plain_command(baseline, dataset, root, budget), env)
+    stdout, wall, cpu = timed(plain_command(baseline, dataset, root, budget), env)
     found = re.search(r"test accuracy ([0-9.]+)", stdout)
     if not found:
         raise RuntimeError(f"No 'test accuracy' line in the baseline's output:\n{stdout[-2000:]}")
-    return {"accuracy": float(found.group(1)), "wall_s": wall}
+    return {"accuracy": float(found.group(1)), "wall_s": wall, "cpu_s": cpu}
 
 
 def summarise(runs):
     def stats(key):
-        values = [r[key] for r in runs]
+        values = [r[key] for r in runs if key in r]  # runs recorded before cpu_s was added have none
+        if not values:
+            return float("nan"), float("nan")
         return statistics.mean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
 
-    return {"accuracy": stats("accuracy"), "wall_s": stats("wall_s"), "n": len(runs)}
+    return {"accuracy": stats("accuracy"), "wall_s": stats("wall_s"), "cpu_s": stats("cpu_s"), "n": len(runs)}
 
 
 def runner_label(runner):
@@ -90,26 +99,31 @@ def runner_label(runner):
 
 def report(results, variants):
     """A markdown table: every runner per dataset, each app runner against the plain script, and the means."""
-    lines = ["| dataset | runner | accuracy (mean +- sd) | wall s (mean +- sd) | seeds |", "|---|---|---|---|---|"]
+    lines = ["| dataset | runner | accuracy (mean +- sd) | wall s (mean +- sd) | CPU s (mean +- sd) | seeds |",
+             "|---|---|---|---|---|---|"]
     app_runners = ["app", *variants]
     gaps = {runner: [] for runner in app_runners}
     ratios = {runner: [] for runner in app_runners}
+    cpu_ratios = {runner: [] for runner in app_runners}
     for dataset, rows in results.items():
         summaries = {runner: summarise(runs) for runner, runs in rows.items()}
         for runner in [*app_runners, "plain"]:
             s = summaries[runner]
             lines.append(f"| {dataset} | {runner_label(runner)} | {s['accuracy'][0]:.4f} +- {s['accuracy'][1]:.4f} | "
-                         f"{s['wall_s'][0]:.0f} +- {s['wall_s'][1]:.0f} | {s['n']} |")
+                         f"{s['wall_s'][0]:.0f} +- {s['wall_s'][1]:.0f} | {s['cpu_s'][0]:.0f} +- {s['cpu_s'][1]:.0f} | "
+                         f"{s['n']} |")
         plain = summaries["plain"]
         for runner in app_runners:
             gaps[runner].append(summaries[runner]["accuracy"][0] - plain["accuracy"][0])
             ratios[runner].append(summaries[runner]["wall_s"][0] / plain["wall_s"][0])
+            cpu_ratios[runner].append(summaries[runner]["cpu_s"][0] / plain["cpu_s"][0])
             lines.append(f"| {dataset} | {runner_label(runner)} - plain | {gaps[runner][-1] * 100:+.2f} points | "
-                         f"{ratios[runner][-1]:.2f}x | |")
+                         f"{ratios[runner][-1]:.2f}x | {cpu_ratios[runner][-1]:.2f}x | |")
     lines.append("")
     for runner in app_runners:
         lines.append(f"{runner_label(runner)}: mean gap over datasets {statistics.mean(gaps[runner]) * 100:+.2f} "
-                     f"points; wall-time ratios {', '.join(f'{r:.2f}x' for r in ratios[runner])}.")
+                     f"points; wall-time ratios {', '.join(f'{r:.2f}x' for r in ratios[runner])}; CPU-time ratios "
+                     f"{', '.join(f'{r:.2f}x' for r in cpu_ratios[runner])}.")
     return "\n".join(lines)
 
 

@@ -1,0 +1,37 @@
+"""benchmarks/train_quality.py's summary: accuracy gaps, wall and CPU ratios, against hand-computed values."""
+
+import os
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "benchmarks"))
+
+import train_quality  # noqa: E402
+
+
+def run(accuracy, wall, cpu):
+    return {"accuracy": accuracy, "wall_s": wall, "cpu_s": cpu}
+
+
+def test_report_gives_gaps_and_wall_and_cpu_ratios():
+    results = {
+        "shapes": {"app": [run(0.8, 40, 70), run(0.6, 60, 90)], "plain": [run(0.5, 50, 100), run(0.5, 50, 100)]},
+        "mnist": {"app": [run(0.95, 110, 200)], "plain": [run(0.94, 100, 250)]},
+    }
+    table = train_quality.report(results, {})
+    # shapes: app mean 0.70 against 0.50 -> +20 points; wall 50/50 = 1.00x; CPU 80/100 = 0.80x.
+    assert "| shapes | app defaults - plain | +20.00 points | 1.00x | 0.80x | |" in table
+    # mnist: +1 point; wall 110/100; CPU 200/250.
+    assert "| mnist | app defaults - plain | +1.00 points | 1.10x | 0.80x | |" in table
+    assert "mean gap over datasets +10.50 points; wall-time ratios 1.00x, 1.10x; CPU-time ratios 0.80x, 0.80x." in table
+    assert "| shapes | app defaults | 0.7000 +- 0.1414 | 50 +- 14 | 80 +- 14 | 2 |" in table
+
+
+def test_variants_need_a_new_name_and_flags():
+    parser = train_quality.argparse.ArgumentParser()
+    assert train_quality.parse_variants(["token=--classifier=token --epochs=2"], parser) == {
+        "token": ["--classifier=token", "--epochs=2"]}
+    with pytest.raises(SystemExit):
+        train_quality.parse_variants(["plain=--epochs=2"], parser)
