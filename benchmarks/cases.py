@@ -36,6 +36,8 @@ class Case:
         jit: compile with XLA (TensorFlow runners only).
         label: the mode shown in the table, e.g. `XLA` or `eager`.
         policy: a Keras dtype policy overriding the dtype's default (`mixed_bfloat16` for bfloat16).
+        rematerialize: keras_vit training recomputes the MLP hidden layer and attention probabilities in the
+            backward pass (`keras_vit.ViT`'s default); False stores them (the `-stored-alt` row).
     """
 
     runner: str
@@ -46,6 +48,7 @@ class Case:
     jit: bool = False
     label: str = ""
     policy: str = ""
+    rematerialize: bool = True
 
     @property
     def name(self):
@@ -101,6 +104,10 @@ def build_cases(quick=False, peers=(), serving=True, alt_modes=False):
                       label=_mode(KERAS_VIT_JIT["bfloat16"]) + "-bf16weights", policy="bfloat16"))
     for dtype in ("float32", "bfloat16"):
         chosen_and_alt("train", dtype, train_arch, train_batches, KERAS_VIT_TRAIN_JIT[dtype])
+    # What rematerialization (the default) costs in speed and saves in memory: the same step storing everything.
+    jit = KERAS_VIT_TRAIN_JIT["float32"]
+    cases.append(Case("keras_vit", "train", "float32", train_arch, train_batches, jit=jit,
+                      label=_mode(jit) + "-stored-alt", rematerialize=False))
     if serving:  # `export_saved_model(precision=dtype)`; times serving_default (bytes in) and predict_images
         for dtype in ("float32", "bfloat16"):
             jit = KERAS_VIT_JIT[dtype]

@@ -96,7 +96,7 @@ def spec_for(case, quick, saved_model=None):
         "name": case.name, "runner": case.runner, "task": case.task, "dtype": case.dtype,
         "arch": cases_lib.ARCHS.get(case.arch), "batches": list(case.batches), "jit": case.jit,
         "warmup": warmup, "iters": iters, "n": cases_lib.MATMUL_N["quick" if quick else "full"],
-        "saved_model": saved_model, "policy": case.policy,
+        "saved_model": saved_model, "policy": case.policy, "rematerialize": case.rematerialize,
     }
 
 

@@ -24,13 +24,13 @@ def _set_policy(dtype, policy=""):
     keras.config.set_dtype_policy(policy or ("mixed_bfloat16" if dtype == "bfloat16" else "float32"))
 
 
-def _build(arch, seed=0):
+def _build(arch, seed=0, **options):
     import keras
 
     import keras_vit
 
     keras.utils.set_random_seed(seed)
-    model = keras_vit.ViT(classifier_activation=None, **arch)
+    model = keras_vit.ViT(classifier_activation=None, **arch, **options)
     # The head is zero-initialised (as the official code); random values make its logits informative.
     head = keras_vit.model_parts.head(model)
     rng = np.random.default_rng(seed)
@@ -137,7 +137,7 @@ def _train(spec):
     memory("imported")
     arch = spec["arch"]
     _set_policy(spec["dtype"])
-    model = _build(arch)
+    model = _build(arch, rematerialize=spec.get("rematerialize", True))
     memory("built")
     optimizer = keras.optimizers.AdamW(learning_rate=1e-4, weight_decay=0.05)
     model.compile(

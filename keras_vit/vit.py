@@ -65,6 +65,7 @@ def ViT(
     pos_embed_interpolation="bilinear",
     qkv_bias=None,
     initialization=None,
+    rematerialize=True,
 ):
     """Builds a Vision Transformer (Dosovitskiy et al., ICLR 2021, arXiv 2010.11929, section 3.1).
 
@@ -123,6 +124,9 @@ def ViT(
             (smaller patch and attention kernels, a Glorot head: better for training from scratch on small data) or
             `"official"` (the Flax code's, zero head) ["scratch" for `weights=None`; with `weights` the
             checkpoint's values, and a new head for other classes is zero, as the official fine-tuning].
+        rematerialize: while training, each block recomputes its MLP hidden layer and attention
+            probabilities in the backward pass instead of storing them: the same gradients with less memory
+            and some more compute (`TransformerBlock`); False stores them. No effect on inference or loading.
 
     Returns:
         A `keras.Model`.
@@ -226,6 +230,7 @@ def build(arguments: dict) -> keras.Model:
             layer_norm_epsilon=a.layer_norm_epsilon,
             gelu_approximate=a.gelu_approximate,
             qkv_bias=a.qkv_bias,
+            rematerialize=a.rematerialize,
             name=model_parts.encoder_block_name(i),
         )(x)
     x = keras.layers.LayerNormalization(epsilon=a.layer_norm_epsilon, name=model_parts.ENCODER_NORM)(x)

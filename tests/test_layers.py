@@ -281,3 +281,34 @@ def test_get_config_holds_exactly_the_constructor_arguments():
 def test_drop_path_rejects_bad_rates(bad):
     with pytest.raises(ValueError, match="rate"):
         DropPath(bad)
+
+
+def _block_gradients(rematerialize, x):
+    import tensorflow as tf
+
+    keras.utils.set_random_seed(3)
+    block = TransformerBlock(num_heads=4, mlp_dim=64, rematerialize=rematerialize)
+    block.build(x.shape)
+    with tf.GradientTape() as tape:
+        loss = keras.ops.sum(keras.ops.square(block(x, training=True)))
+    return [np_(g) for g in tape.gradient(loss, block.trainable_variables)]
+
+
+@pytest.mark.skipif(keras.config.backend() != "tensorflow", reason="gradients taken with tf.GradientTape")
+def test_rematerialized_block_has_the_same_gradients_and_recomputes_only_while_training(monkeypatch):
+    x = np.random.default_rng(0).normal(size=(2, 7, 32)).astype("float32")
+    stored, recomputed = _block_gradients(False, x), _block_gradients(True, x)
+    assert len(stored) == len(recomputed) == 16
+    for a, b in zip(stored, recomputed):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+    wrapped = []
+    original = keras.remat
+    monkeypatch.setattr(keras, "remat", lambda f: wrapped.append(f) or original(f))
+    block = TransformerBlock(num_heads=4, mlp_dim=64)  # rematerialize=True is the default
+    block(x, training=False)
+    assert wrapped == []
+    block(x, training=True)
+    assert len(wrapped) == 2 and block.mlp_dense_1 in wrapped  # the MLP hidden layer and the attention core
+    wrapped.clear()
+    TransformerBlock(num_heads=4, mlp_dim=64, rematerialize=False)(x, training=True)
+    assert wrapped == []

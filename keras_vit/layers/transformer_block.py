@@ -32,6 +32,10 @@ class TransformerBlock(keras.layers.Layer):
         layer_norm_epsilon: LayerNorm epsilon; 1e-6 as the official code and timm (HF uses 1e-12).
         gelu_approximate: the tanh form of GELU (`flax.linen.gelu`, used to train the official
             checkpoints) when True, the exact erf form (timm, HF) when False.
+        qkv_bias: whether the query, key and value projections have biases.
+        rematerialize: while training, recompute the MLP's hidden layer (Dense + GELU) and the attention
+            probabilities in the backward pass instead of storing them (`keras.remat`): the same gradients
+            for less training memory and some extra compute (benchmarks/README.md); no effect on inference.
         **kwargs: base `keras.layers.Layer` arguments.
 
     Example:
@@ -50,11 +54,14 @@ class TransformerBlock(keras.layers.Layer):
         layer_norm_epsilon: float = 1e-6,
         gelu_approximate: bool = True,
         qkv_bias: bool = True,
+        rematerialize: bool = True,
         **kwargs,
     ):
         super().__init__(**kwargs)
         validation.check_positive_number("layer_norm_epsilon", layer_norm_epsilon)
         validation.check_bool("gelu_approximate", gelu_approximate)
+        validation.check_bool("rematerialize", rematerialize)
+        self.rematerialize = rematerialize
         self.num_heads = num_heads
         self.mlp_dim = mlp_dim
         self.dropout_rate = dropout_rate
@@ -68,8 +75,8 @@ class TransformerBlock(keras.layers.Layer):
             epsilon=layer_norm_epsilon, name="attention_norm", dtype=policy
         )
         self.attention = MultiHeadSelfAttention(
-            num_heads, attention_dropout_rate=attention_dropout_rate, qkv_bias=qkv_bias, name="attention",
-            dtype=policy,
+            num_heads, attention_dropout_rate=attention_dropout_rate, qkv_bias=qkv_bias,
+            rematerialize=rematerialize, name="attention", dtype=policy,
         )
         self.mlp_norm = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="mlp_norm", dtype=policy)
         self.dropout = keras.layers.Dropout(dropout_rate, dtype=policy)
@@ -118,7 +125,8 @@ class TransformerBlock(keras.layers.Layer):
         benchmarks/README.md).
         """
         tokens_shape = ops.shape(x)
-        y = self.mlp_dense_1(ops.reshape(x, (-1, x.shape[-1])))
+        hidden = keras.remat(self.mlp_dense_1) if training and self.rematerialize else self.mlp_dense_1
+        y = hidden(ops.reshape(x, (-1, x.shape[-1])))
         y = self.mlp_dense_2(self.dropout(y, training=training))
         return ops.reshape(y, tokens_shape)
 
@@ -136,4 +144,5 @@ class TransformerBlock(keras.layers.Layer):
             "layer_norm_epsilon": self.layer_norm_epsilon,
             "gelu_approximate": self.gelu_approximate,
             "qkv_bias": self.qkv_bias,
+            "rematerialize": self.rematerialize,
         }
