@@ -306,3 +306,17 @@ def test_benchmark_docstring_examples(module):
 
     result = doctest.testmod(module)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_train_memory_reports_stages_trace_and_xla_temp(tmp_path):
+    dump = tmp_path / "xla"
+    done = subprocess.run(
+        [sys.executable, os.path.join(REPO, "benchmarks", "train_memory.py"), "--arch", "tiny", "--batch", "4",
+         "--steps", "1", "--trace", "--xla-dump", str(dump)],
+        capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert re.search(r"tiny batch 4, rematerialize=True, XLA: imported \d+ MiB, built \d+, peak after the first "
+                     r"step \d+, peak \d+; \d+ CPU ms", done.stdout)
+    assert re.search(r"resident MiB over the first step \(s:MiB\): [0-9.]+:\d+", done.stdout)
+    temp = re.search(r"XLA preallocated temporary buffer of the step: (\d+) MiB", done.stdout)
+    assert temp and list(dump.glob("*buffer-assignment.txt"))

@@ -39,7 +39,7 @@ DEFAULTS = dict(
     recipe="demo", recipe_reason=None, model="tiny", patch_size=None, hidden_size=None, num_layers=None,
     num_heads=None, mlp_dim=None, classifier=None, representation_size=None, qkv_bias=None, initialization=None,
     head_bias_init=0.0,
-    dropout_rate=0.0,
+    rematerialize=True, dropout_rate=0.0,
     drop_path_rate=0.0, weights=None, zero_head=False, dataset="digits", data_dir=None, download=False,
     train_split=None, eval_split=None, image_size=16, crop="inception", crop_min_area=0.05, flip=True,
     randaugment=None, mixup=0.0, cutmix=0.0, augment_library="keras", shuffle_buffer=10_000, steps=None, epochs=None,
@@ -86,7 +86,7 @@ FLAG_TYPES = dict(
     enum="classifier initialization crop augment_library optimizer schedule mixed_precision strategy",
     float="head_bias_init dropout_rate drop_path_rate crop_min_area mixup cutmix epochs learning_rate beta_1 beta_2 "
           "momentum weight_decay grad_clip_norm label_smoothing",
-    bool="qkv_bias zero_head download flip jit_compile export",
+    bool="qkv_bias zero_head download flip jit_compile export rematerialize",
 )
 FLAG_CHOICES = dict(classifier=["token", "gap"], initialization=["scratch", "official"], crop=["inception", "translate", "none"],
                     augment_library=["keras", "keras_cv"], optimizer=["adam", "adamw", "sgd"],

@@ -99,6 +99,9 @@ class Config:
         "A BiT model starts as BiT does.",
         enum_values=["scratch", "official"])
     head_bias_init: float = _field(0.0, "Initial head bias (-10 in the imagenet21k pre-training).")
+    rematerialize: bool = _field(True, "Recompute each block's MLP hidden layer and attention probabilities in the "
+                                 "backward pass instead of storing them (keras_vit.ViT's rematerialize): the same "
+                                 "gradients with less memory and some more compute; false stores them.")
     dropout_rate: float = _field(0.0, "Dropout rate.")
     drop_path_rate: float = _field(0.0, "Stochastic depth rate.")
     weights: str | None = _field(

@@ -56,7 +56,8 @@ from training.optim import make_optimizer
 
 # Fields that may change between a run and its resumption (they do not change what is computed).
 RESUMABLE_CHANGES = {"log_every", "show_predictions", "export", "strategy", "tpu", "jit_compile", "eval_every",
-                     "checkpoint_every", "keep_checkpoints", "data_dir", "download", "workdir", "recipe_reason"}
+                     "checkpoint_every", "keep_checkpoints", "data_dir", "download", "workdir", "recipe_reason",
+                     "rematerialize"}
 # Fields that may change on resume with `resume_with_changes` (the optimisation's, see training.config).
 OPTIMISATION_CHANGES = set(OPTIMISATION_FIELDS)
 HISTORY_KEY = "resumed_with_changes"  # in config.json: [{"step": N, "changed": {field: [old, new]}}, ...]

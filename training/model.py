@@ -21,7 +21,7 @@ BIT_MODELS = ("bit_tiny", *cli.BIT_MODELS)
 """The `--model` values that train a BiT ResNet (`keras_vit.BiT`) instead of a ViT."""
 
 VIT_ONLY_FIELDS = ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim", "qkv_bias", "classifier",
-                   "representation_size", "dropout_rate", "drop_path_rate")
+                   "representation_size", "dropout_rate", "drop_path_rate", "rematerialize")
 """Config fields that shape or regularise a ViT only; a BiT model refuses any value but their default."""
 
 
@@ -104,6 +104,7 @@ def build_model(cfg, num_classes: int):
             classifier_activation=None,
             dropout_rate=cfg.dropout_rate,
             drop_path_rate=cfg.drop_path_rate,
+            rematerialize=cfg.rematerialize,
             name=name,
             **cfg.model_kwargs(),
         )
