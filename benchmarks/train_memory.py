@@ -18,7 +18,6 @@ import argparse
 import glob
 import os
 import re
-import resource
 import sys
 import threading
 import time
@@ -27,17 +26,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import cases  # noqa: E402
+from measure import current_rss_mb, peak_rss_mb  # noqa: E402
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-
-
-def current_mib():
-    with open("/proc/self/statm") as file:
-        return int(file.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-
-
-def peak_mib():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 class Sampler:
@@ -50,7 +41,7 @@ class Sampler:
     def _run(self):
         start = time.perf_counter()
         while not self._stop.is_set():
-            self.samples.append((time.perf_counter() - start, current_mib()))
+            self.samples.append((time.perf_counter() - start, current_rss_mb()))
             time.sleep(self.every)
 
     def __enter__(self):
@@ -90,11 +81,11 @@ def main(argv=None):
 
     import keras_vit
 
-    imported = current_mib()
+    imported = current_rss_mb()
     arch = cases.ARCHS[args.arch]
     keras.utils.set_random_seed(0)
     model = keras_vit.ViT(classifier_activation=None, rematerialize=not args.no_rematerialize, **arch)
-    built = current_mib()
+    built = current_rss_mb()
     model.compile(optimizer=keras.optimizers.AdamW(1e-4, weight_decay=0.05),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=not args.no_jit)
     size = arch["image_size"]
@@ -102,14 +93,14 @@ def main(argv=None):
     y = tf.constant(np.arange(args.batch) % arch["classes"], "int32")
     with Sampler() as sampler:
         model.train_on_batch(x, y)
-    first = peak_mib()
+    first = peak_rss_mb()
     cpu, wall = time.process_time(), time.perf_counter()
     for _ in range(args.steps):
         loss = model.train_on_batch(x, y)
     steps = max(args.steps, 1)
     print(f"{args.arch} batch {args.batch}, rematerialize={not args.no_rematerialize}, "
           f"{'graph' if args.no_jit else 'XLA'}: imported {imported:.0f} MiB, built {built:.0f}, peak after the "
-          f"first step {first:.0f}, peak {peak_mib():.0f}; {(time.process_time() - cpu) / steps * 1000:.0f} CPU ms "
+          f"first step {first:.0f}, peak {peak_rss_mb():.0f}; {(time.process_time() - cpu) / steps * 1000:.0f} CPU ms "
           f"and {(time.perf_counter() - wall) / steps * 1000:.0f} wall ms per step; loss {float(loss):.4f}")
     if args.trace:
         stride = max(1, len(sampler.samples) // 40)

@@ -69,7 +69,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     """
 
     def __init__(self, num_heads: int, attention_dropout_rate: float = 0.0, qkv_bias: bool = True,
-                 rematerialize: bool = False, **kwargs):
+                 rematerialize: bool = True, **kwargs):
         super().__init__(**kwargs)
         self.rematerialize = rematerialize
         self.num_heads = num_heads
@@ -128,12 +128,11 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             dropped = self.dropout(probs, training=training)
             context = ops.einsum("bnts,bsnh->btnh", ops.cast(dropped, v.dtype), v)
         else:
-            if keras.config.backend() == "tensorflow":
-                def attend(q, k, v):
+            def attend(q, k, v):
+                if keras.config.backend() == "tensorflow":
                     return heads_first_attention(q, k, v, scale, float32_softmax=bool(training))
-            else:
-                def attend(q, k, v):
-                    return ops.dot_product_attention(q, k, v, scale=scale)
+                return ops.dot_product_attention(q, k, v, scale=scale)
+
             context = (keras.remat(attend) if training and self.rematerialize else attend)(q, k, v)
         y = ops.reshape(self.out(ops.reshape(context, (-1, self.num_heads, self.head_dim))), (batch, tokens, width))
         return (y, probs) if return_attention_scores else y
