@@ -125,11 +125,6 @@ def build_model(model: str, weights=None, **kwargs):
         >>> build_model("vit_ti16", weights=None, input_shape=(32, 32, 3), classes=3).output_shape
         (None, 3)
     """
-    import os
-    import re
-
-    import keras
-
     if model.lower() in CONSTRUCTORS:
         return CONSTRUCTORS[model.lower()](weights=weights, **kwargs)
     if is_bit(model):
@@ -138,24 +133,10 @@ def build_model(model: str, weights=None, **kwargs):
         raise ValueError(
             f"Unknown model. Received: {model!r}. Known: {', '.join(sorted(CONSTRUCTORS))}, or a `.keras` file."
         )
-    from keras_vit import loading, weights_files
+    from keras_vit import loading
+    from keras_vit.checkpoints import own
 
-    if not os.path.exists(model):
-        raise ValueError(f"The model file does not exist. Received: {model!r}")
-    weights_files.check_keras_archive(model)
-    try:
-        loaded = keras.saving.load_model(model, safe_mode=True)
-    except TypeError as error:
-        missing = re.search(r"Could not locate (?:class|function) '([^']+)'", str(error))
-        if missing is None:
-            raise
-        raise ValueError(
-            f"Cannot load the model file {model!r}: it uses {missing.group(1)!r}, which no imported module has "
-            "registered with Keras. keras_vit's own layers are registered by `import keras_vit` (done here); a "
-            "custom layer or function of your own must be decorated with "
-            "`@keras.saving.register_keras_serializable()` and its module imported before loading. "
-            f"Received: model={model!r}"
-        ) from None
+    loaded = own.load_keras_model(model)
     if weights is not None:
         loading.load_weights(loaded, weights)
     return loaded

@@ -105,8 +105,10 @@ def summary(model, source, destination: str, digest: str, source_path: str | Non
         source_path: the file `source` was read from (`source_file`), whose sha256 is printed; None: not printed.
     """
     args = model_parts.architecture(model)
-    rebuild = ", ".join(f"{k}={args[k]!r}" for k in model_parts.ARGUMENT_ORDER
-                        if k in args and (k != "hybrid" or args[k]))
+    from keras_vit.vit import ARGUMENTS
+
+    unrelated = ("initialization", "classifier_activation")  # how the model starts and its head's activation
+    rebuild = ", ".join(f"{k}={v!r}" for k, v in args.items() if v != ARGUMENTS[k] and k not in unrelated)
     source_line = []
     if source_path is not None:
         where = "" if os.fspath(source_path) == os.fspath(source) else f" ({source_path})"

@@ -27,15 +27,14 @@ Example:
 
 import dataclasses
 import logging
-import os
 import warnings
-import zipfile
 
 import numpy as np
 
 from keras_vit import model_parts, pos_embed, variants
 from keras_vit.checkpoints import architecture, keras_names
-from keras_vit.checkpoints.canonical import Checkpoint, LazyArray
+from keras_vit.checkpoints import own
+from keras_vit.checkpoints.canonical import Checkpoint, LazyArray, check_finite, listing
 from keras_vit.checkpoints.readers import read_checkpoint  # noqa: F401  (public here; tests patch it here)
 from keras_vit.weights_files import (  # noqa: F401  (public here too)
     check_keras_archive,
@@ -48,7 +47,6 @@ log = logging.getLogger("keras_vit")
 
 _HEAD_KEYS = ("head/kernel", "head/bias")
 _PRE_LOGITS_KEYS = ("pre_logits/kernel", "pre_logits/bias")
-_LISTED = 12  # keys shown per category in an error message
 
 
 @dataclasses.dataclass
@@ -110,12 +108,6 @@ def _fit_array(key, array, variable, model, arch, interpolation, report):
     return None
 
 
-def _listing(title, keys) -> str:
-    keys = sorted(keys)
-    more = f" ... and {len(keys) - _LISTED} more" if len(keys) > _LISTED else ""
-    return f"{title} ({len(keys)}): {', '.join(keys[:_LISTED])}{more}"
-
-
 def plan_load(model, checkpoint: Checkpoint, interpolation: str = "bilinear", label=None):
     """Matches every model variable with a file array, without assigning anything.
 
@@ -166,7 +158,7 @@ def plan_load(model, checkpoint: Checkpoint, interpolation: str = "bilinear", la
         else:
             unexpected.append(key)
     if missing or unexpected or misshaped:
-        parts = [_listing(t, k) for t, k in (("missing in the file", missing), ("unexpected in the file", unexpected),
+        parts = [listing(t, k) for t, k in (("missing in the file", missing), ("unexpected in the file", unexpected),
                                               ("mis-shaped", misshaped)) if k]
         raise ValueError(
             f"The checkpoint {label!r} does not match model {model.name!r}. " + "; ".join(parts) +
@@ -197,40 +189,6 @@ def _check_qkv_bias(model, targets, checkpoint: Checkpoint, arch, label) -> set:
             f"The checkpoint looks like {arch.describe()}."
         )
     return set()
-
-
-def _non_finite(named_arrays) -> list[str]:
-    """`name (n of N values)` for each floating-point array holding NaN or Inf."""
-    found = []
-    for name, array in named_arrays:
-        array = np.asarray(array)
-        if array.dtype.kind in "biu":
-            continue
-        count = array.size - int(np.count_nonzero(np.isfinite(array)))
-        if count:
-            found.append(f"{name} ({count:,} of {array.size:,} values)")
-    return found
-
-
-def check_finite(named_arrays, path) -> None:
-    """Refuses weights holding NaN or Inf: every prediction of the model would be NaN.
-
-    Args:
-        named_arrays: (tensor name, array) pairs, as they would be assigned (after the cast to the variable
-            dtype, so a float64 value beyond the float32 range counts as the Inf it becomes).
-        path: the file, for the message.
-
-    Raises:
-        ValueError: naming the file, the tensors and how many values are not finite.
-    """
-    found = _non_finite(named_arrays)
-    if found:
-        raise ValueError(
-            f"The weights file {os.fspath(path)!r} is damaged: it holds NaN or Inf values (or values too large "
-            f"for float32, which become Inf), so every prediction would be NaN. "
-            f"{_listing('tensors with non-finite values', found)}. "
-            "Delete the file and download or export it again; nothing was loaded."
-        )
 
 
 def load_checkpoint(model, checkpoint: Checkpoint, interpolation: str = "bilinear", label=None) -> LoadReport:
@@ -286,86 +244,32 @@ def load_weights(model, weights, interpolation: str = "bilinear") -> LoadReport 
     """Loads `weights` into an existing keras_vit model, strictly; the model is untouched when it fails.
 
     Unlike `ViT(weights=...)` the architecture is the model's: a checkpoint must fit it (the position
-    embedding may be resampled and the head replaced, as described in the module docstring).
+    embedding may be resampled and the head replaced, as described in the module docstring). A keras_vit file
+    (`.keras`, `.weights.h5`, a run's workdir) loads the same way, and its GELU form and LayerNorm epsilon must
+    be the model's.
 
     Args:
         model: a model built by `keras_vit.ViT` or a named constructor.
-        weights: a published name, a checkpoint path, or a Keras `.weights.h5` or `.keras` path.
+        weights: a published name, a checkpoint path, a Keras `.weights.h5` or `.keras` path, or a run's workdir.
         interpolation: position-embedding resampling, `"bilinear"` (official) or `"bicubic"`.
 
     Returns:
-        A `LoadReport` for checkpoints; None for `.weights.h5` and `.keras` files.
+        A `LoadReport`; None for a Keras file that carries no keras_vit model (loaded into the very
+        architecture it was saved from).
 
     Raises:
         ValueError: unknown name, missing or unreadable file, or weights that do not match the model.
     """
-    if is_keras_weights(weights):
-        return _load_keras_weights(model, os.fspath(weights))
     args = model_parts.architecture(model)
+    if own.is_own(weights):
+        source = own.open_model(weights)
+        if source is None or args is None:
+            return own.load_same_architecture(model, own.model_file(weights))
+        checkpoint = own.to_checkpoint(source, weights)
+        architecture.check_carried(args, checkpoint, label=weights)
+        return load_checkpoint(model, checkpoint, interpolation=interpolation, label=weights)
     # A published name means the file of the model's variant; timm files do not store the head count: both
     # are taken from the model being loaded.
     variant, num_heads = (None, None) if args is None else (variants.find_variant(args), args["num_heads"])
     checkpoint, _ = open_checkpoint(weights, variant, num_heads)
     return load_checkpoint(model, checkpoint, interpolation=interpolation, label=weights)
-
-
-def _h5_datasets(path: str) -> list[str]:
-    """The dataset names of a `.weights.h5` file, or of the `model.weights.h5` inside a `.keras` archive."""
-    import h5py
-
-    datasets = []
-    visit = lambda name, item: datasets.append(name) if isinstance(item, h5py.Dataset) else None  # noqa: E731
-    if path.lower().endswith(".keras"):
-        with zipfile.ZipFile(path) as archive, archive.open("model.weights.h5") as stream:
-            with h5py.File(stream, "r") as file:
-                file.visititems(visit)
-    else:
-        with h5py.File(path, "r") as file:
-            file.visititems(visit)
-    return datasets
-
-
-def _check_keras_weights_count(model, path: str) -> None:
-    """`model.load_weights` ignores file tensors the model lacks; refuse a file with more or fewer tensors."""
-    try:
-        datasets = _h5_datasets(path)
-    except (OSError, zipfile.BadZipFile) as error:
-        raise ValueError(f"The weights file is truncated or corrupt. Received: weights={path!r} ({error})") from error
-    if len(datasets) != len(model.weights):
-        raise ValueError(
-            f"The weights file {path!r} does not match the architecture of model {model.name!r}: it holds "
-            f"{len(datasets)} tensors, the model has {len(model.weights)} weights (another depth, head, "
-            "include_top, or classifier: a 'gap' model has no [class] token, one tensor fewer than 'token'). "
-            "Rebuild the model with the architecture the file was saved from."
-        )
-
-
-def _restore(model, values) -> None:
-    for variable, value in zip(model.weights, values):  # never leave the model half-loaded
-        variable.assign(value)
-
-
-def _load_keras_weights(model, path: str) -> None:
-    if not os.path.exists(path):
-        raise ValueError(f"The weights file does not exist. Received: weights={path!r}")
-    if path.lower().endswith(".keras"):
-        check_keras_archive(path)
-    elif not path.endswith(".weights.h5"):
-        raise ValueError(f"Keras weights files must end in `.weights.h5` or `.keras`. Received: weights={path!r}")
-    _check_keras_weights_count(model, path)
-    # `variable.numpy()`, not `np.array(variable)`: Keras variables' `__array__` takes no `copy` argument, for
-    # which numpy 2 emits a DeprecationWarning per variable; the copy keeps the snapshot independent.
-    before = [np.array(v.numpy(), copy=True) for v in model.weights]
-    try:
-        model.load_weights(path)
-    except (ValueError, OSError, KeyError, zipfile.BadZipFile) as error:
-        _restore(model, before)
-        raise ValueError(
-            f"The weights file {path!r} does not match the architecture of model {model.name!r}, or is corrupt: "
-            f"{error}"
-        ) from error
-    try:
-        check_finite([(variable.path, variable.numpy()) for variable in model.weights], path)
-    except ValueError:
-        _restore(model, before)
-        raise

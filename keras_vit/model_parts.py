@@ -8,9 +8,9 @@ accessors here, never by a layer-name string or a loop counting `encoder_block_{
         -> encoder_norm -> [pooling] -> [pre_logits] -> [head]
 
 Optional stages (in brackets) are None when the model lacks them; a missing required stage raises a
-ValueError saying the model is not a keras_vit ViT. `architecture(model)` reads back the `keras_vit.ViT`
-arguments that rebuild the model (the converter prints them; `load_weights` resolves a published name with
-them).
+ValueError saying the model is not a keras_vit ViT. `architecture(model)` gives the `keras_vit.ViT`
+arguments that rebuild the model, from its config (the converter prints them; `load_weights` resolves a
+published name with them).
 
 Example:
     >>> import keras_vit
@@ -20,11 +20,9 @@ Example:
     >>> len(model_parts.encoder_blocks(model)), model_parts.head(model).units
     (2, 5)
     >>> args = model_parts.architecture(model)
-    >>> args["patch_size"], args["num_layers"], args["hybrid"]
-    (8, 2, None)
+    >>> args["patch_size"], args["num_layers"], args["input_shape"]
+    (8, 2, (32, 32, 3))
 """
-
-from keras_vit import variants
 
 PREPROCESSING = "preprocessing"
 RESNET_STEM = "resnet_stem"
@@ -34,12 +32,6 @@ ENCODER_NORM = "encoder_norm"
 POOLING = "pooling"
 PRE_LOGITS = "pre_logits"
 HEAD = "head"
-
-ARGUMENT_ORDER = ("image_size", "patch_size", "hybrid", "hidden_size", "num_layers", "num_heads", "mlp_dim",
-                  "classes", "include_top", "classifier", "representation_size", "gelu_approximate",
-                  "layer_norm_epsilon", "qkv_bias")
-"""The keys `architecture` may return, in `keras_vit.ViT`'s argument order."""
-
 
 def encoder_block_name(index: int) -> str:
     """The name of Transformer block `index` (0-based): `encoder_block_{index}`."""
@@ -126,54 +118,19 @@ def model_grid(model) -> tuple[int, int]:
     return height // layer.patch_size, width // layer.patch_size
 
 
-def _hybrid_of(stem):
-    """`"r50"` for the paper's stem with default GroupNorm groups, else the stem's `ResNetStem` arguments."""
-    import inspect
-
-    from keras_vit.checkpoints.architecture import named_stem
-    from keras_vit.layers.resnet import ResNetStem
-
-    found = dict(block_units=tuple(stem.block_units), width=stem.width)
-    if stem.groups != inspect.signature(ResNetStem).parameters["groups"].default:
-        return {**found, "groups": stem.groups}
-    return named_stem(found)
-
-
 def architecture(model) -> dict | None:
-    """The `keras_vit.ViT` arguments that rebuild `model`'s architecture, or None for a non-keras_vit model.
+    """The `keras_vit.ViT` arguments that rebuild `model`, or None for a model that is not a keras_vit ViT.
 
-    A hybrid is recognised by its `resnet_stem` layer: its `patch_size` is the stem's stride and `hybrid` is
-    the stem's name (`"r50"`) or its `ResNetStem` arguments.
+    They are the model's own (`keras_vit.vit.VisionTransformer.arguments`, its config): nothing is read back from
+    layers. `image_size` is resolved into `input_shape`.
 
     Args:
         model: a model built by `keras_vit.ViT` or a named constructor (possibly reloaded from `.keras`).
 
     Returns:
-        A dict with the keys of `ARGUMENT_ORDER` (`classes` when the model has a head, else
-        `include_top=False`; `qkv_bias=False` only for a model without query/key/value biases); `hybrid` is
-        None for a plain ViT. None when the model has no `encoder_block_0`.
+        A dict of `keras_vit.ViT` arguments (without `weights`, `input_tensor` and `name`), or None.
     """
-    if not is_vit(model):
+    arguments = getattr(model, "arguments", None)
+    if not is_vit(model) or not isinstance(arguments, dict):
         return None
-    blocks, encoder = encoder_blocks(model), patch_encoder(model)
-    block = blocks[0]
-    args = dict(image_size=tuple(model.input_shape[1:3]), patch_size=patches(model).patch_size, hybrid=None,
-                hidden_size=encoder.hidden_size, num_layers=len(blocks), num_heads=block.num_heads,
-                mlp_dim=block.mlp_dim)
-    if (stem := resnet_stem(model)) is not None:
-        args["patch_size"] *= variants.stem_stride(stem.block_units)
-        args["hybrid"] = _hybrid_of(stem)
-    if (top := head(model)) is not None:
-        args["classes"] = top.units
-    else:
-        args["include_top"] = False
-    representation = pre_logits(model)
-    args.update(
-        classifier="token" if encoder.use_class_token else "gap",
-        representation_size=None if representation is None else representation.units,
-        gelu_approximate=block.gelu_approximate,
-        layer_norm_epsilon=block.layer_norm_epsilon,
-    )
-    if not block.qkv_bias:
-        args["qkv_bias"] = False
-    return args
+    return arguments

@@ -16,7 +16,7 @@ import keras
 import numpy as np
 
 from keras_vit import initialization as initialization_lib
-from keras_vit import model_parts, preprocessing, validation, variants
+from keras_vit import model_config, model_parts, preprocessing, validation, variants
 from keras_vit.layers import Patches, PatchEncoder, TokenPooling, TransformerBlock
 from keras_vit.layers.resnet import ResNetStem
 
@@ -25,17 +25,6 @@ def head_dtype():
     """Logits in float32 under a mixed precision policy (as the Keras mixed-precision guide asks)."""
     policy = keras.config.dtype_policy()
     return "float32" if policy.compute_dtype in ("float16", "bfloat16") else policy
-
-
-def _model_inputs(input_tensor, shape):
-    if input_tensor is None:
-        return keras.Input(shape=shape, name="images")
-    if not keras.backend.is_keras_tensor(input_tensor):
-        raise ValueError(
-            "`input_tensor` must be a Keras tensor, e.g. `keras.Input(shape=(224, 224, 3))`. "
-            f"Received: input_tensor of type {type(input_tensor).__name__}"
-        )
-    return input_tensor
 
 
 def ViT(
@@ -147,21 +136,25 @@ def ViT(
             f"zero). Received: initialization={initialization!r}, weights={weights!r}. Leave it unset."
         )
     arguments["initialization"] = "official"  # loading overwrites it: no second random draw
-    from keras_vit import loading, weights_files
-    from keras_vit.checkpoints import architecture
+    from keras_vit import loading
+    from keras_vit.checkpoints import architecture, own
 
-    if weights_files.is_keras_weights(weights):  # a Keras file of the architecture the arguments describe
-        model = build(arguments)
-        loading.load_weights(model, weights)
-        return model
     validation.check_before_loading(arguments)  # before any download or read
-    checkpoint, entry = loading.open_checkpoint(weights, variants.find_variant(arguments), num_heads)
+    if own.is_own(weights):  # a keras_vit file or run: its own arguments, or the architecture asked for
+        source = own.open_model(weights)
+        if source is None:
+            model = build(arguments)
+            loading.load_weights(model, weights)
+            return model
+        checkpoint, entry = own.to_checkpoint(source, weights), None
+    else:
+        checkpoint, entry = loading.open_checkpoint(weights, variants.find_variant(arguments), num_heads)
     model = build(architecture.resolve_arguments(arguments, checkpoint, entry, label=weights))
     loading.load_checkpoint(model, checkpoint, interpolation=pos_embed_interpolation or "bilinear", label=weights)
     return model
 
 
-def build(arguments: dict) -> keras.Model:
+def build(arguments: dict) -> "VisionTransformer":
     """The model of `ViT` arguments, randomly initialised: the pure builder (no file is read or loaded).
 
     Args:
@@ -169,7 +162,8 @@ def build(arguments: dict) -> keras.Model:
             architecture ones missing or None those of `keras_vit.variants.DEFAULTS` (ViT-B/16 at 224).
 
     Returns:
-        A `keras.Model` whose layers are named as `keras_vit.model_parts` says.
+        A `VisionTransformer` whose layers are named as `keras_vit.model_parts` says; with an `input_tensor`
+        that is a layer's output (not a `keras.Input`), a `keras.Model` from that tensor's inputs calling it.
 
     Raises:
         TypeError: an argument `ViT` does not take.
@@ -180,38 +174,99 @@ def build(arguments: dict) -> keras.Model:
         ...            classes=10)).output_shape
         (None, 10)
     """
-    parameters = inspect.signature(ViT).parameters
-    unknown = sorted(key for key in arguments if key not in parameters or key == "weights")
+    arguments = dict(arguments)
+    unknown = sorted(key for key in arguments if key not in ARGUMENTS and key not in ("input_tensor", "name"))
     if unknown:
         raise TypeError(f"`build` takes the arguments of `ViT` without `weights`. Received: {', '.join(unknown)}")
-    a = types.SimpleNamespace(**variants.with_defaults(
-        {**{k: p.default for k, p in parameters.items() if k != "weights"}, **arguments}))
-    for arg in ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim"):
-        validation.check_positive_int(arg, getattr(a, arg))
-    if a.include_top:
-        validation.check_positive_int("classes", a.classes)
-    validation.check_choice("classifier", a.classifier, validation.CLASSIFIERS)
-    validation.check_pooling(a.pooling, a.classifier)
-    if a.representation_size is not None:
-        validation.check_positive_int("representation_size", a.representation_size)
-    for arg in ("dropout_rate", "attention_dropout_rate", "drop_path_rate"):
-        validation.check_rate(arg, getattr(a, arg))
-    validation.check_bool("gelu_approximate", a.gelu_approximate)
-    validation.check_bool("qkv_bias", a.qkv_bias)
-    validation.check_positive_number("layer_norm_epsilon", a.layer_norm_epsilon)
-    validation.check_interpolation(a.pos_embed_interpolation)
-    validation.check_choice("initialization", a.initialization, (None, *initialization_lib.SCHEMES))
-    if a.hidden_size % a.num_heads:
+    input_tensor = _model_input(arguments.pop("input_tensor", None))
+    if input_tensor is None or keras.utils.get_source_inputs(input_tensor) == [input_tensor]:
+        return VisionTransformer(input_tensor=input_tensor, **arguments)
+    # A tensor computed by other layers: the ViT is one layer of a model from that tensor's own inputs.
+    shape = validation.resolve_input_shape(None, arguments.get("input_shape"), input_tensor,
+                                           arguments.get("patch_size") or variants.DEFAULTS["patch_size"])
+    vit = VisionTransformer(**{**arguments, "input_shape": shape})
+    return keras.Model(keras.utils.get_source_inputs(input_tensor), vit(input_tensor), name=vit.name)
+
+
+def _model_input(input_tensor):
+    if input_tensor is not None and not keras.backend.is_keras_tensor(input_tensor):
         raise ValueError(
-            f"`hidden_size` must be divisible by `num_heads`. Received: hidden_size={a.hidden_size}, "
-            f"num_heads={a.num_heads}"
+            "`input_tensor` must be a Keras tensor, e.g. `keras.Input(shape=(224, 224, 3))`. "
+            f"Received: input_tensor of type {type(input_tensor).__name__}"
         )
+    return input_tensor
+
+
+ARGUMENTS = {name: p.default for name, p in inspect.signature(ViT).parameters.items()
+             if name not in ("weights", "input_tensor", "name")}
+"""The arguments a `VisionTransformer` is made of, with `ViT`'s defaults: its signature is their one declaration."""
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class VisionTransformer(model_config.ConfigModel):
+    """A Vision Transformer whose config is its constructor's arguments, as keras-hub's backbones: a `.keras` file
+    says exactly what the model is (`get_config()` is `ViT`'s arguments, resolved), and `from_config` rebuilds it.
+
+    `keras_vit.ViT` (and the named constructors) build it and load weights; this class is the pure builder. Its
+    arguments are those of `ViT` without `weights` (`ARGUMENTS`); every one is kept in `arguments`, with
+    `image_size` resolved into `input_shape` and architecture defaults filled in (`keras_vit.variants.DEFAULTS`).
+    `dtype` is the dtype policy the layers are built under (default: the global one).
+
+    Example:
+        >>> model = VisionTransformer(image_size=32, patch_size=8, hidden_size=32, num_layers=1, num_heads=2,
+        ...                           mlp_dim=64, classes=3)
+        >>> config = model.get_config()
+        >>> config["input_shape"], config["classes"], VisionTransformer.from_config(config).count_params()
+        ((32, 32, 3), 3, 14275)
+    """
+
+    def __init__(self, input_tensor=None, name=None, dtype=None, trainable=True, **arguments):
+        unknown = sorted(set(arguments) - set(ARGUMENTS))
+        if unknown:
+            raise TypeError(f"`VisionTransformer` takes the arguments of `ViT` without `weights`. Received: "
+                            f"{', '.join(unknown)}")
+        a = variants.with_defaults({**ARGUMENTS, **{k: model_config.plain(v) for k, v in arguments.items()}})
+        _check(a)
+        a["input_shape"] = validation.resolve_input_shape(a["image_size"], a["input_shape"], input_tensor,
+                                                           a["patch_size"])
+        a["image_size"] = None  # resolved into input_shape
+        with model_config.dtype_policy(dtype) as policy_name:
+            inputs = input_tensor if input_tensor is not None else keras.Input(shape=a["input_shape"], name="images")
+            outputs = _graph(inputs, types.SimpleNamespace(**a))
+        self._finish(inputs, outputs, name=name or "vit", trainable=trainable, arguments=a, policy_name=policy_name)
+        initialization_lib.initialize(self, a["initialization"] or "scratch")
+
+
+def _check(a: dict) -> None:
+    """Every check of the arguments that needs no graph (each error quotes the value)."""
+    for arg in ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim"):
+        validation.check_positive_int(arg, a[arg])
+    if a["include_top"]:
+        validation.check_positive_int("classes", a["classes"])
+    validation.check_choice("classifier", a["classifier"], validation.CLASSIFIERS)
+    validation.check_pooling(a["pooling"], a["classifier"])
+    if a["representation_size"] is not None:
+        validation.check_positive_int("representation_size", a["representation_size"])
+    for arg in ("dropout_rate", "attention_dropout_rate", "drop_path_rate"):
+        validation.check_rate(arg, a[arg])
+    validation.check_bool("gelu_approximate", a["gelu_approximate"])
+    validation.check_bool("qkv_bias", a["qkv_bias"])
+    validation.check_positive_number("layer_norm_epsilon", a["layer_norm_epsilon"])
+    validation.check_interpolation(a["pos_embed_interpolation"])
+    validation.check_choice("initialization", a["initialization"], (None, *initialization_lib.SCHEMES))
+    if a["hidden_size"] % a["num_heads"]:
+        raise ValueError(
+            f"`hidden_size` must be divisible by `num_heads`. Received: hidden_size={a['hidden_size']}, "
+            f"num_heads={a['num_heads']}"
+        )
+    variants.resolve_hybrid(a["hybrid"], a["patch_size"])
+
+
+def _graph(inputs, a):
+    """The paper's data path from `inputs` to the model's output, one line per stage."""
     stem = variants.resolve_hybrid(a.hybrid, a.patch_size)
-    shape = validation.resolve_input_shape(a.image_size, a.input_shape, a.input_tensor, a.patch_size)
     use_class_token = a.classifier == "token"
     drop_path_rates = np.linspace(0.0, a.drop_path_rate, a.num_layers) if a.num_layers > 1 else [a.drop_path_rate]
-
-    inputs = _model_inputs(a.input_tensor, shape)
     x = inputs
     if a.include_preprocessing:
         x = preprocessing.rescaling_layer()(x)
@@ -238,16 +293,13 @@ def build(arguments: dict) -> keras.Model:
         x = TokenPooling("token" if use_class_token else "avg", int(use_class_token), name=model_parts.POOLING)(x)
         if a.representation_size:
             x = keras.layers.Dense(a.representation_size, activation="tanh", name=model_parts.PRE_LOGITS)(x)
-        x = keras.layers.Dense(
+        return keras.layers.Dense(
             a.classes,
             activation=a.classifier_activation,
             kernel_initializer="zeros",
             name=model_parts.HEAD,
             dtype=head_dtype(),
         )(x)
-    elif a.pooling:
+    if a.pooling:
         x = TokenPooling(a.pooling, int(use_class_token), name=model_parts.POOLING)(x)
-
-    model_inputs = keras.utils.get_source_inputs(a.input_tensor) if a.input_tensor is not None else inputs
-    model = keras.Model(model_inputs, x, name=a.name or "vit")
-    return initialization_lib.initialize(model, a.initialization or "scratch")
+    return x

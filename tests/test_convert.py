@@ -31,7 +31,7 @@ def test_round_trip_through_weights_h5(checkpoint, tmp_path, images, capsys):
     assert f"written sha256: {digest}" in out
     assert f"source sha256:  {hashlib.sha256(open(source, 'rb').read()).hexdigest()}" in out
     assert "classes:        5 (token classifier, pre_logits 16)" in out
-    assert "rebuild:        keras_vit.ViT(image_size=(32, 32), patch_size=8, hidden_size=32, num_layers=2" in out
+    assert "rebuild:        keras_vit.ViT(patch_size=8, hidden_size=32, num_layers=2" in out and "input_shape=(32, 32, 3)" in out
     model = keras_vit.ViT(image_size=32, patch_size=8, hidden_size=32, num_layers=2, num_heads=4, mlp_dim=64,
                           classes=5, representation_size=16, weights=destination, classifier_activation=None)
     expected = vit_forward({k: v.astype("float64") for k, v in params.items()}, images.astype("float64"))
@@ -92,8 +92,8 @@ def test_hybrid_rebuild_call_loads_the_written_file(tmp_path, images, capsys):
     assert convert.main(["--weights", source, "--out", destination]) == 0
     line = next(l for l in capsys.readouterr().out.splitlines() if l.startswith("rebuild:"))
     call = line.split(":", 1)[1].strip()
-    assert call.startswith("keras_vit.ViT(image_size=(32, 32), patch_size=16, hybrid={'block_units': (1, 1, 1), "
-                           "'width': 32}, hidden_size=32, num_layers=2"), call
+    assert call.startswith("keras_vit.ViT(patch_size=16, hidden_size=32, num_layers=2"), call
+    assert "input_shape=(32, 32, 3)" in call and "hybrid={'block_units': (1, 1, 1), 'width': 32}" in call, call
     rebuilt = eval(call, {"keras_vit": keras_vit})
     assert model_parts.resnet_stem(rebuilt).block_units == (1, 1, 1)
     direct = keras_vit.ViT(weights=source)  # same default softmax as the printed call

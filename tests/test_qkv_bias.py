@@ -32,7 +32,7 @@ def _write_npz(tmp_path, params, name="ckpt.npz"):
 def test_qkv_bias_false_builds_projections_without_bias(tiny):
     with_bias, without = keras_vit.ViT(**tiny), keras_vit.ViT(**tiny, qkv_bias=False)
     assert with_bias.count_params() - without.count_params() == 3 * tiny["num_layers"] * tiny["hidden_size"]
-    assert "qkv_bias" not in model_parts.architecture(with_bias)  # the default, as every official checkpoint
+    assert model_parts.architecture(with_bias)["qkv_bias"] is True  # the default, as every official checkpoint
     assert model_parts.architecture(without)["qkv_bias"] is False
     assert _bias_keys(keras_names.targets(without)) == []
     assert len(_bias_keys(keras_names.targets(with_bias))) == 3 * tiny["num_layers"]
@@ -96,7 +96,7 @@ def test_timm_file_without_qkv_bias_loads_both_ways(tmp_path, images):
     expected = timm_forward(tensors, images, 4)
     # The reader fills in zero biases: by default the model keeps them (as before the switch) ...
     default = keras_vit.ViT(weights=path, num_heads=4, classifier_activation=None)
-    assert "qkv_bias" not in model_parts.architecture(default)
+    assert model_parts.architecture(default)["qkv_bias"] is True
     # ... and qkv_bias=False builds timm's architecture itself, skipping those zeros.
     exact = keras_vit.ViT(weights=path, num_heads=4, qkv_bias=False, classifier_activation=None)
     assert model_parts.architecture(exact)["qkv_bias"] is False

@@ -228,9 +228,16 @@ def test_version():
 
 
 def test_weights_h5_with_other_tensor_count_is_refused(tiny, tmp_path):
-    """`model.load_weights` alone would ignore the extra block / head tensors of the file."""
+    """`model.load_weights` alone would ignore the extra block / head tensors of the file: a `.weights.h5` that
+    carries no keras_vit model (no `keras_vit_model` attribute) loads only into its very architecture."""
+    import h5py
+
     path = str(tmp_path / "two_blocks.weights.h5")
     keras_vit.ViT(**tiny).save_weights(path)
+    with pytest.raises(ValueError, match=r"num_layers=1 \(checkpoint: 2\)"):  # keras_vit's own file: both sides
+        keras_vit.ViT(**{**tiny, "num_layers": 1}, weights=path)
+    with h5py.File(path, "a") as file:
+        del file.attrs["keras_vit_model"]
     with pytest.raises(ValueError, match=r"holds 40 tensors, the model has 24 weights"):
         keras_vit.ViT(**{**tiny, "num_layers": 1}, weights=path)
     with pytest.raises(ValueError, match="does not match"):

@@ -25,7 +25,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 
 OPTIMIZERS = ("adam", "adamw", "sgd")
 SCHEDULES = ("cosine", "linear", "constant")
@@ -292,15 +291,19 @@ RECIPES: dict[str, dict] = {
 }
 
 
-KERAS_WEIGHT_FILES = (".keras", ".weights.h5", ".h5")
+def is_own_model(weights) -> bool:
+    """Whether `--weights` names a model of one's own: a Keras `.keras` / `.weights.h5` file or a run's workdir."""
+    from keras_vit.checkpoints import own
+
+    return bool(weights) and own.is_own(str(weights))
 
 
 def choose_recipe(overrides: dict) -> tuple[str, str]:
     """(recipe, reason) for a run given without `--recipe`, from the flags that were given."""
     dataset = overrides.get("dataset")
     weights = overrides.get("weights")
-    if weights and str(weights).lower().endswith(KERAS_WEIGHT_FILES):
-        # A model of one's own (a Keras file, e.g. a run of this app): the small-data recipe from its weights.
+    if is_own_model(weights):
+        # A model of one's own (a Keras file or a run of this app): the small-data recipe from its weights.
         # The paper's SGD fine-tune is for published large-scale checkpoints; on short runs from small
         # pre-trained models it did worse than training from scratch (benchmarks/TRAINING.md).
         return "scratch", (f"fine-tuning your own model from --weights={weights}: the small-data recipe "
@@ -326,15 +329,14 @@ def situational_augmentation(values: dict, overrides: dict) -> dict:
 def situational_head(values: dict, overrides: dict) -> dict:
     """The head of a ViT run by the chosen `scratch` recipe (explicit --classifier wins): from scratch, a
     global-average-pooled head instead of the [class] token, as in "Better plain ViT baselines" (Beyer et al.
-    2022); benchmarks/TRAINING.md has what it gained and cost here. From one's own Keras weights file, the head
-    of the run that wrote it (its `config.json` beside the file; without one, `gap`, the default above)."""
+    2022); benchmarks/TRAINING.md has what it gained and cost here. From one's own model (`--weights` of a
+    keras_vit file or run), the head that model has: the file carries it (`classifier` stays None)."""
     from training.model import is_bit
 
     if values["recipe"] != "scratch" or "classifier" in overrides or is_bit(values["model"]):
         return values
-    weights = values.get("weights")
-    if weights:
-        return dict(values, classifier=_classifier_of_run(os.path.join(os.path.dirname(str(weights)), "config.json")))
+    if values.get("weights"):
+        return values
     reason = f"{values['recipe_reason']}, with a global-average-pooled head (--classifier=token for the [class] token)"
     return dict(values, classifier="gap", recipe_reason=reason)
 
@@ -345,16 +347,6 @@ def resolved_classifier(values: dict) -> str | None:
     if values.get("classifier") is None and not values.get("weights"):
         return "token"
     return values.get("classifier")
-
-
-def _classifier_of_run(path: str) -> str:
-    """The head of the app's run whose `config.json` is `path`: "gap" or "token" ("gap" when there is none)."""
-    try:
-        with open(path, encoding="utf-8") as file:
-            saved = json.load(file)
-    except (OSError, ValueError):
-        return "gap"
-    return resolved_classifier(saved) or "token"
 
 
 def make_config(recipe: str | None = "demo", **overrides) -> Config:

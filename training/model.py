@@ -25,6 +25,10 @@ VIT_ONLY_FIELDS = ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_
 """Config fields that shape or regularise a ViT only; a BiT model refuses any value but their default."""
 
 
+class ModelBuildError(ValueError):
+    """The run's model cannot be built: weights that do not fit it, or arguments it refuses (exit status 2)."""
+
+
 def is_bit(model: str) -> bool:
     """Whether the config's `model` is a BiT ResNet (`BIT_MODELS`, any spelling of `keras_vit.cli.bit_name`)."""
     return model == "bit_tiny" or cli.bit_name(model) is not None
@@ -71,12 +75,24 @@ def check_model(cfg) -> None:
 def build_model(cfg, num_classes: int):
     """The `keras.Model` for `cfg` (a `training.config.Config`), returning logits (no softmax).
 
-    A ViT (`keras_vit.ViT`): `cfg.weights` goes to `ViT(weights=...)` (the loader resamples position
-    embeddings to `cfg.image_size`, paper section 3.2). A BiT (`keras_vit.BiT_R50x1` for `bit_r50x1`, the
+    Raises:
+        ModelBuildError: the one-line reason when the model cannot be built (e.g. `--weights` of another depth).
+
+    A ViT (`keras_vit.ViT`): `cfg.weights` goes to `ViT(weights=...)` (a published name, a checkpoint file,
+    or one's own `.keras`, `.weights.h5` or run folder: the loader resamples position embeddings to
+    `cfg.image_size`, paper section 3.2, and gives other classes a new head). A BiT (`keras_vit.BiT_R50x1` for `bit_r50x1`, the
     `TINY_BIT` `keras_vit.BiT` for `bit_tiny`): from scratch, or `cfg.weights` as a Keras weights file.
     `cfg.zero_head` zero-initialises the head (fine-tuning, Appendix B.1.1; a BiT head starts at zero
     anyway); `cfg.head_bias_init` sets the head bias (-10 in the imagenet21k pre-training).
     """
+    try:
+        model = _build(cfg, num_classes)
+    except ValueError as error:
+        raise ModelBuildError(f"cannot build --model={cfg.model} with --weights={cfg.weights}: {error}") from None
+    return model
+
+
+def _build(cfg, num_classes: int):
     import keras
 
     import keras_vit

@@ -156,10 +156,20 @@ def infer(checkpoint: Checkpoint) -> CheckpointArchitecture:
         classifier=classifier,
         representation_size=None if pre_logits is None else int(pre_logits.shape[1]),
         classes=None if head is None else int(head.shape[-1]),
-        grid=(side, side) if side * side == num_patches and side > 0 else None,
+        grid=_grid(checkpoint, kernel.shape[0] * (variants.stem_stride(stem["block_units"]) if stem else 1), side,
+                   num_patches),
         hybrid=stem,
         qkv_bias=f"Transformer/encoderblock_0/{QKV_BIAS_KEYS[0]}" in params,
     )
+
+
+def _grid(checkpoint: Checkpoint, stride: int, side: int, num_patches: int) -> tuple[int, int] | None:
+    """The position embedding's patch grid: from the input shape a keras_vit file carries, else when square."""
+    if checkpoint.arguments is not None:
+        height, width = checkpoint.arguments["input_shape"][:2]
+        if (height // stride) * (width // stride) == num_patches:
+            return height // stride, width // stride
+    return (side, side) if side * side == num_patches and side > 0 else None
 
 
 def qkv_bias_keys(params) -> list[str]:
@@ -217,6 +227,8 @@ def resolve_arguments(arguments: dict, checkpoint: Checkpoint, entry=None, label
     label = checkpoint.path if label is None else label
     arch = infer(checkpoint)
     args = dict(arguments)
+    if checkpoint.arguments is not None and args.get("hybrid") is None:
+        args["hybrid"] = checkpoint.arguments["hybrid"]  # the stem as built, GroupNorm groups included
     _resolve_architecture(args, arch, checkpoint, label)
     _resolve_head(args, arch, label)
     _resolve_numerics(args, checkpoint)
@@ -291,8 +303,32 @@ def _resolve_head(args: dict, arch: CheckpointArchitecture, label) -> None:
         args["representation_size"] = None if new_head else arch.representation_size
 
 
+CARRIED_NUMERICS = ("gelu_approximate", "layer_norm_epsilon")
+"""The arguments that change a model's numerics without changing a shape: a keras_vit file carries them."""
+
+
+def check_carried(args: dict, checkpoint: Checkpoint, label=None) -> None:
+    """Refuses arguments that contradict the numerics a keras_vit file carries (`CARRIED_NUMERICS`); other
+    sources carry none.
+
+    Raises:
+        ValueError: naming each contradiction, with both sides, and the way out.
+    """
+    if checkpoint.arguments is None:
+        return
+    conflicts = [f"{key}={args[key]!r} (file: {checkpoint.arguments[key]!r})" for key in CARRIED_NUMERICS
+                 if args.get(key) is not None and args[key] != checkpoint.arguments[key]]
+    if conflicts:
+        raise ValueError(
+            f"The keras_vit file was saved from a model with other numerics: {'; '.join(conflicts)}. Its weights "
+            "would compute something else; leave these arguments unset to take the file's. "
+            f"Received: weights={checkpoint.path if label is None else label!r}")
+
+
 def _resolve_numerics(args: dict, checkpoint: Checkpoint) -> None:
-    """GELU form and LayerNorm epsilon follow the source unless the caller set them."""
+    """GELU form and LayerNorm epsilon follow the source unless the caller set them (a keras_vit file's may not be
+    contradicted: `check_carried`)."""
+    check_carried(args, checkpoint)
     for key, value in (("gelu_approximate", checkpoint.gelu_approximate),
                        ("layer_norm_epsilon", checkpoint.layer_norm_epsilon)):
         if args.get(key) is None:

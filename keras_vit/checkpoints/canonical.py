@@ -20,6 +20,7 @@ Example:
 
 import dataclasses
 import math
+import os
 
 import numpy as np
 
@@ -38,6 +39,8 @@ class Checkpoint:
         gelu_approximate: the GELU form the checkpoint was trained with (official Flax: tanh form, True;
             timm and Hugging Face: exact erf, False).
         layer_norm_epsilon: the LayerNorm epsilon of the source (1e-6 official and timm; HF config value).
+        arguments: for a keras_vit file (source `"keras_vit"`), the `keras_vit.ViT` arguments of the model that
+            wrote it (`keras_vit.checkpoints.own`); None for other sources, which carry only their shapes.
     """
 
     params: dict[str, np.ndarray]
@@ -45,6 +48,7 @@ class Checkpoint:
     path: str
     gelu_approximate: bool
     layer_norm_epsilon: float
+    arguments: dict | None = None
 
 
 class LazyArray:
@@ -90,3 +94,48 @@ class LazyArray:
         if math.prod(shape) != self.size:
             raise ValueError(f"Cannot reshape an array of shape {self.shape} to {shape}.")
         return LazyArray(shape, self.dtype, lambda: np.asarray(self).reshape(shape))
+
+
+LISTED = 12
+"""Keys shown per category in an error message."""
+
+
+def listing(title, keys) -> str:
+    """`title (n): k1, k2, ...` with at most `LISTED` keys, for error messages."""
+    keys = sorted(keys)
+    more = f" ... and {len(keys) - LISTED} more" if len(keys) > LISTED else ""
+    return f"{title} ({len(keys)}): {', '.join(keys[:LISTED])}{more}"
+
+
+def _non_finite(named_arrays) -> list[str]:
+    """`name (n of N values)` for each floating-point array holding NaN or Inf."""
+    found = []
+    for name, array in named_arrays:
+        array = np.asarray(array)
+        if array.dtype.kind in "biu":
+            continue
+        count = array.size - int(np.count_nonzero(np.isfinite(array)))
+        if count:
+            found.append(f"{name} ({count:,} of {array.size:,} values)")
+    return found
+
+
+def check_finite(named_arrays, path) -> None:
+    """Refuses weights holding NaN or Inf: every prediction of the model would be NaN.
+
+    Args:
+        named_arrays: (tensor name, array) pairs, as they would be assigned (after the cast to the variable
+            dtype, so a float64 value beyond the float32 range counts as the Inf it becomes).
+        path: the file, for the message.
+
+    Raises:
+        ValueError: naming the file, the tensors and how many values are not finite.
+    """
+    found = _non_finite(named_arrays)
+    if found:
+        raise ValueError(
+            f"The weights file {os.fspath(path)!r} is damaged: it holds NaN or Inf values (or values too large "
+            f"for float32, which become Inf), so every prediction would be NaN. "
+            f"{listing('tensors with non-finite values', found)}. "
+            "Delete the file and download or export it again; nothing was loaded."
+        )

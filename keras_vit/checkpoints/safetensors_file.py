@@ -16,18 +16,11 @@ import os
 
 import numpy as np
 
-_INSTALL_HINT = (
-    "Reading `.safetensors` checkpoints needs the `safetensors` package: "
-    '`pip install safetensors` (or `pip install "keras-vit[safetensors]"`).'
-)
-
-
 def _safetensors():
-    try:
-        import safetensors
-        import safetensors.numpy  # noqa: F401  (the numpy front end used by `load`)
-    except ImportError as error:
-        raise ImportError(_INSTALL_HINT) from error
+    from keras_vit import extras
+
+    safetensors = extras.require("safetensors", "safetensors", "reading .safetensors checkpoints")
+    extras.require("safetensors.numpy", "safetensors", "reading .safetensors checkpoints")  # the numpy front end
     try:  # registers numpy's bfloat16 dtype so bfloat16 files can be read; keras depends on ml_dtypes
         import ml_dtypes  # noqa: F401
     except ImportError:

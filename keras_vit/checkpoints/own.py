@@ -1,0 +1,233 @@
+"""keras_vit's own files as the start of the next model: a `.keras` file, a `.weights.h5` written by a keras_vit
+model (its `save_weights`, `python -m keras_vit.convert`, the training app) and a training run's workdir (its
+`model.keras`).
+
+Each carries the arguments of the model that wrote it (the `.keras` config; the `.weights.h5` attribute
+`keras_vit.model_config.MODEL_ATTRIBUTE`). `open_model` rebuilds that model with its weights, strictly, and
+`to_checkpoint` turns a ViT into the canonical `Checkpoint` the loader plans from, so that a new head, another
+resolution or no head follow the same path as the published files, and the numerics (GELU form, LayerNorm
+epsilon) come from the file. `load_same_architecture` is the strict Keras load of a file into a model of the
+very architecture it was saved from (the fallback for Keras files that carry no keras_vit arguments).
+
+Example:
+    >>> import keras_vit
+    >>> model = keras_vit.ViT(image_size=32, patch_size=8, hidden_size=32, num_layers=1, num_heads=2,
+    ...                       mlp_dim=64, classes=3)
+    >>> model.save_weights("/tmp/own.weights.h5")
+    >>> checkpoint = to_checkpoint(open_model("/tmp/own.weights.h5"), "/tmp/own.weights.h5")
+    >>> checkpoint.source, checkpoint.arguments["classes"], checkpoint.params["head/kernel"].shape
+    ('keras_vit', 3, (32, 3))
+"""
+
+import contextlib
+import json
+import os
+import re
+import zipfile
+
+import numpy as np
+
+from keras_vit import model_config, model_parts
+from keras_vit.checkpoints import keras_names
+from keras_vit.checkpoints.canonical import Checkpoint, check_finite
+from keras_vit.weights_files import check_keras_archive, is_keras_weights, is_path
+
+RUN_MODEL = "model.keras"
+"""The model file a finished run of the training app leaves in its workdir."""
+
+
+def is_run(weights) -> bool:
+    """Whether `weights` is a training run's workdir (a folder with `config.json` and `model.keras` or
+    `checkpoints/`), as opposed to a Hugging Face folder."""
+    if weights is None or not isinstance(weights, (str, os.PathLike)) or not os.path.isdir(weights):
+        return False
+    folder = os.fspath(weights)
+    return os.path.isfile(os.path.join(folder, "config.json")) and (
+        os.path.isfile(os.path.join(folder, RUN_MODEL)) or os.path.isdir(os.path.join(folder, "checkpoints")))
+
+
+def is_own(weights) -> bool:
+    """Whether `weights` is a Keras `.keras` / `.weights.h5` path or a training run's workdir."""
+    return weights is not None and ((is_path(weights) and is_keras_weights(weights)) or is_run(weights))
+
+
+def model_file(weights) -> str:
+    """The file `weights` names: itself, or a run's `model.keras`.
+
+    Raises:
+        ValueError: a missing file, or a run that has not finished (no `model.keras` yet).
+    """
+    path = os.fspath(weights)
+    if is_run(path):
+        model = os.path.join(path, RUN_MODEL)
+        if not os.path.isfile(model):
+            raise ValueError(
+                f"The training run {path!r} has not finished: it holds no {RUN_MODEL} yet (only checkpoints). "
+                f"Resume it with the same command to finish it, then pass its folder. Received: weights={path!r}")
+        return model
+    if not os.path.exists(path):
+        raise ValueError(f"The weights file does not exist. Received: weights={path!r}")
+    return path
+
+
+def _carried_config(path: str) -> dict | None:
+    """The serialized model a `.keras` (config.json) or `.weights.h5` (attribute) file carries, or None."""
+    if path.lower().endswith(".keras"):
+        check_keras_archive(path)
+        with zipfile.ZipFile(path) as archive:
+            return json.loads(archive.read("config.json")) if "config.json" in archive.namelist() else None
+    import h5py
+
+    try:
+        with h5py.File(path, "r") as file:
+            text = file.attrs.get(model_config.MODEL_ATTRIBUTE)
+    except OSError as error:
+        raise ValueError(f"The weights file is truncated or corrupt. Received: weights={path!r} ({error})") from None
+    return None if text is None else json.loads(text)
+
+
+def open_model(weights):
+    """The keras_vit model the file (or run) `weights` carries, rebuilt from its arguments with its weights.
+
+    Returns:
+        A `keras_vit.model_config.ConfigModel` (a `VisionTransformer` or `BiTResNet`), or None for a Keras file
+        that carries no keras_vit model (a `.weights.h5` saved by another model, a `.keras` of another class).
+
+    Raises:
+        ValueError: a missing, corrupt or unfinished file, a class Keras cannot find, or weights that do not fit.
+    """
+    import keras
+
+    path = model_file(weights)
+    config = _carried_config(path)
+    if config is None or str(config.get("registered_name", "")).split(">")[0] != "keras_vit":
+        return None
+    if path.lower().endswith(".keras"):
+        return load_keras_model(path)
+    with _registered_classes(path):
+        model = keras.saving.deserialize_keras_object(config)
+    load_same_architecture(model, path)
+    return model
+
+
+def load_keras_model(path: str):
+    """A `.keras` file loaded in safe mode, with one clear error for what Keras cannot find or read.
+
+    Raises:
+        ValueError: a missing or corrupt file, or a class no imported module registered with Keras.
+    """
+    import keras
+
+    if not os.path.exists(path):
+        raise ValueError(f"The model file does not exist. Received: {path!r}")
+    check_keras_archive(path)
+    with _registered_classes(path):
+        return keras.saving.load_model(path, safe_mode=True)
+
+
+@contextlib.contextmanager
+def _registered_classes(path: str):
+    """Turns Keras' `Could not locate class` TypeError into a ValueError that says how to recover."""
+    try:
+        yield
+    except TypeError as error:
+        missing = re.search(r"Could not locate (?:class|function) '([^']+)'", str(error))
+        if missing is None:
+            raise
+        raise ValueError(
+            f"Cannot load the model file {path!r}: it uses {missing.group(1)!r}, which no imported module has "
+            "registered with Keras. keras_vit's own layers are registered by `import keras_vit`; a custom layer "
+            "or function of your own must be decorated with `@keras.saving.register_keras_serializable()` and its "
+            f"module imported before loading. Received: {path!r}") from None
+
+
+def to_checkpoint(model, label) -> Checkpoint:
+    """A keras_vit ViT's weights as a canonical checkpoint (official keys) that carries its `arguments`.
+
+    Raises:
+        ValueError: for a model that is not a ViT (a BiT ResNet transfers through `keras_vit.BiT`).
+    """
+    arguments = model_parts.architecture(model)
+    if arguments is None:
+        raise ValueError(
+            f"{os.fspath(label)!r} holds a {type(model).__name__} ({model.name!r}), not a ViT: load it with the "
+            "constructor of its kind (a BiT ResNet: `keras_vit.BiT(weights=...)` or `BiT_R50x1`). "
+            f"Received: weights={os.fspath(label)!r}")
+    params = {key: variable.numpy() for key, variable in keras_names.targets(model).items()}
+    size = model_parts.patches(model).patch_size  # the official (P, P, C, D) of the (P*P*C, D) projection
+    kernel = params["embedding/kernel"]
+    params["embedding/kernel"] = kernel.reshape(size, size, kernel.shape[0] // (size * size), kernel.shape[1])
+    return Checkpoint(params, "keras_vit", os.fspath(label), arguments["gelu_approximate"],
+                      arguments["layer_norm_epsilon"], arguments=arguments)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The strict Keras load of a file into the architecture it was saved from
+
+
+def _h5_datasets(path: str) -> list[str]:
+    """The dataset names of a `.weights.h5` file, or of the `model.weights.h5` inside a `.keras` archive."""
+    import h5py
+
+    datasets = []
+    visit = lambda name, item: datasets.append(name) if isinstance(item, h5py.Dataset) else None  # noqa: E731
+    if path.lower().endswith(".keras"):
+        with zipfile.ZipFile(path) as archive, archive.open("model.weights.h5") as stream:
+            with h5py.File(stream, "r") as file:
+                file.visititems(visit)
+    else:
+        with h5py.File(path, "r") as file:
+            file.visititems(visit)
+    return datasets
+
+
+def _check_keras_weights_count(model, path: str) -> None:
+    """`model.load_weights` ignores file tensors the model lacks; refuse a file with more or fewer tensors."""
+    try:
+        datasets = _h5_datasets(path)
+    except (OSError, zipfile.BadZipFile) as error:
+        raise ValueError(f"The weights file is truncated or corrupt. Received: weights={path!r} ({error})") from error
+    if len(datasets) != len(model.weights):
+        raise ValueError(
+            f"The weights file {path!r} does not match the architecture of model {model.name!r}: it holds "
+            f"{len(datasets)} tensors, the model has {len(model.weights)} weights (another depth, head, "
+            "include_top, or classifier: a 'gap' model has no [class] token, one tensor fewer than 'token'). "
+            "Rebuild the model with the architecture the file was saved from."
+        )
+
+
+def _restore(model, values) -> None:
+    for variable, value in zip(model.weights, values):  # never leave the model half-loaded
+        variable.assign(value)
+
+
+def load_same_architecture(model, path: str) -> None:
+    """`model.load_weights(path)`, strictly: the tensor count must match, the values be finite; on failure the
+    model is left as it was.
+
+    Raises:
+        ValueError: naming the file and what does not match.
+    """
+    if not os.path.exists(path):
+        raise ValueError(f"The weights file does not exist. Received: weights={path!r}")
+    if path.lower().endswith(".keras"):
+        check_keras_archive(path)
+    elif not path.endswith(".weights.h5"):
+        raise ValueError(f"Keras weights files must end in `.weights.h5` or `.keras`. Received: weights={path!r}")
+    _check_keras_weights_count(model, path)
+    # `variable.numpy()`, not `np.array(variable)`: Keras variables' `__array__` takes no `copy` argument, for
+    # which numpy 2 emits a DeprecationWarning per variable; the copy keeps the snapshot independent.
+    before = [np.array(v.numpy(), copy=True) for v in model.weights]
+    try:
+        model.load_weights(path)
+    except (ValueError, OSError, KeyError, zipfile.BadZipFile) as error:
+        _restore(model, before)
+        raise ValueError(
+            f"The weights file {path!r} does not match the architecture of model {model.name!r}, or is corrupt: "
+            f"{error}"
+        ) from error
+    try:
+        check_finite([(variable.path, variable.numpy()) for variable in model.weights], path)
+    except ValueError:
+        _restore(model, before)
+        raise

@@ -1,0 +1,76 @@
+"""`ConfigModel`: the base of keras_vit's models (`VisionTransformer`, `BiTResNet`), a Functional `keras.Model`
+whose config is its constructor's arguments, as keras-hub's backbones. A `.keras` file then says exactly what
+the model is, and `from_config` rebuilds it; `save_weights` writes the same config into the `.weights.h5` file
+(the HDF5 attribute `MODEL_ATTRIBUTE`), so either file can seed the next model (`keras_vit.checkpoints.own`).
+
+Example:
+    >>> import keras_vit
+    >>> model = keras_vit.ViT(image_size=32, patch_size=8, hidden_size=32, num_layers=1, num_heads=2,
+    ...                       mlp_dim=64, classes=3)
+    >>> isinstance(model, ConfigModel), model.get_config()["classes"]
+    (True, 3)
+"""
+
+import contextlib
+import json
+
+import keras
+
+MODEL_ATTRIBUTE = "keras_vit_model"
+"""The `.weights.h5` attribute holding the model's serialized config (JSON, as a `.keras` file's config.json)."""
+
+
+@contextlib.contextmanager
+def dtype_policy(dtype):
+    """Builds layers under `dtype` (a policy or its name; None: the global policy), then restores the global one.
+
+    Yields:
+        The policy's name, which `ConfigModel` records so that `from_config` builds under the same one.
+    """
+    previous = keras.config.dtype_policy()
+    policy = previous if dtype is None else keras.dtype_policies.get(dtype)
+    keras.config.set_dtype_policy(policy)
+    try:
+        yield policy.name
+    finally:
+        keras.config.set_dtype_policy(previous)
+
+
+def plain(value):
+    """A config value read back from JSON as the constructor takes it (lists were tuples)."""
+    if isinstance(value, list):
+        return tuple(plain(v) for v in value)
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    return value
+
+
+class ConfigModel(keras.Model):
+    """A Functional model built from `arguments`, whose `get_config()` is those arguments (plus `name`,
+    `trainable` and `dtype`). Subclasses build the graph in `__init__` and call `_finish(...)`."""
+
+    def _finish(self, inputs, outputs, *, name, trainable, arguments: dict, policy_name: str):
+        super().__init__(inputs, outputs, name=name, trainable=trainable)
+        self._arguments = dict(arguments)
+        self._policy_name = policy_name
+
+    @property
+    def arguments(self) -> dict:
+        """The resolved constructor arguments that rebuild this model (without weights, input tensor, name)."""
+        return dict(self._arguments)
+
+    def get_config(self):
+        return {"name": self.name, "trainable": self.trainable, "dtype": self._policy_name, **self.arguments}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
+
+    def save_weights(self, filepath, overwrite=True, **kwargs):
+        """`keras.Model.save_weights`, then the model's config written into the `.weights.h5` file."""
+        super().save_weights(filepath, overwrite=overwrite, **kwargs)
+        if str(filepath).endswith(".weights.h5"):
+            import h5py
+
+            with h5py.File(filepath, "a") as file:
+                file.attrs[MODEL_ATTRIBUTE] = json.dumps(keras.saving.serialize_keras_object(self))
