@@ -1,10 +1,12 @@
 """Fine-tuning against training from scratch: pre-train on one generated folder, fine-tune on another.
 
-Pre-trains the app's small ViT on `digits28` (MNIST-like digits, `quality_data.py`) with the app's
-defaults, then trains on a small `letters28` set (few images per class) twice with the same budget: from
-scratch, and from the pre-trained `model.weights.h5` (`--weights=...`, every other value the app's default
-for that situation). Also reports few-shot linear accuracy (`training.fewshot`) of the pre-trained and of a
-random model on letters28. Prints one table and optionally writes JSON.
+Pre-trains the app's small ViT on `digits28` (MNIST-like digits, `quality_data.py`, 10 classes, 28x28) with
+the app's defaults, then trains on a small `letters28` set (few images per class; `--finetune_classes` of its
+letters, so another number of classes than the digits, at `--finetune_image_size`) twice with the same
+budget: from scratch, and from the pre-training run (`--weights=RUN_FOLDER`, or its `model.weights.h5` or
+`model.keras` with `--source`; every other value the app's default for that situation: a new head, the
+position embedding resampled). Also reports few-shot linear accuracy (`training.fewshot`) of the pre-trained
+and of a random model on the letters. Prints one table and optionally writes JSON.
 
     python benchmarks/transfer.py --json benchmarks/transfer.json
 """
@@ -13,6 +15,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -24,7 +27,7 @@ sys.path.insert(0, HERE)
 
 import quality_data  # noqa: E402
 
-MODEL = ["--model=tiny", "--image_size=28"]
+MODEL = ["--model=tiny"]
 
 
 def train(dataset_root, workdir, env, *flags):
@@ -56,6 +59,10 @@ def main(argv=None):
     parser.add_argument("--pretrain_epochs", type=float, default=10)
     parser.add_argument("--finetune_per_class", type=int, default=20)
     parser.add_argument("--finetune_epochs", type=float, default=30)
+    parser.add_argument("--finetune_classes", type=int, default=5, help="letters kept (A, B, ...): other classes")
+    parser.add_argument("--finetune_image_size", type=int, default=32, help="pre-training is at 28")
+    parser.add_argument("--source", choices=("run", "weights.h5", "keras"), default="run",
+                        help="what --weights names: the run's folder, its model.weights.h5 or its model.keras")
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--json")
     args = parser.parse_args(argv)
@@ -65,10 +72,16 @@ def main(argv=None):
         source, target = os.path.join(scratch, "digits28"), os.path.join(scratch, "letters28")
         quality_data.make("digits28", source, args.pretrain_per_class, 50)
         quality_data.make("letters28", target, args.finetune_per_class, 50, seed=1)
-        pre = train(source, os.path.join(scratch, "pre"), env, f"--epochs={args.pretrain_epochs}")
+        for split in ("train", "test"):  # keep the first --finetune_classes letters
+            for letter in sorted(os.listdir(os.path.join(target, split)))[args.finetune_classes:]:
+                shutil.rmtree(os.path.join(target, split, letter))
+        pre = train(source, os.path.join(scratch, "pre"), env, f"--epochs={args.pretrain_epochs}", "--image_size=28")
         print(f"pre-trained on digits28: {pre['accuracy']:.4f} ({pre['steps']} steps)", flush=True)
-        weights = os.path.join(scratch, "pre", "model.weights.h5")
-        budget = [f"--epochs={args.finetune_epochs}", "--global_batch_size=32"]
+        run = os.path.join(scratch, "pre")
+        weights = {"run": run, "weights.h5": os.path.join(run, "model.weights.h5"),
+                   "keras": os.path.join(run, "model.keras")}[args.source]
+        budget = [f"--epochs={args.finetune_epochs}", "--global_batch_size=32",
+                  f"--image_size={args.finetune_image_size}"]
         for seed in range(args.seeds):
             for kind, extra in (("scratch", []), ("finetuned", [f"--weights={weights}"])):
                 run = train(target, os.path.join(scratch, f"{kind}{seed}"), env, *budget, f"--seed={seed}", *extra)
@@ -85,7 +98,8 @@ def main(argv=None):
             fewshot[kind] = done.stdout.strip().splitlines()[-3:] if done.returncode == 0 else done.stderr[-500:]
             print(f"few-shot, {kind}: {fewshot[kind]}", flush=True)
     mean = {k: sum(r["accuracy"] for r in v) / len(v) for k, v in results.items()}
-    print(f"| letters28 ({args.finetune_per_class}/class) | accuracy (mean of {args.seeds} seeds) |\n|---|---|")
+    print(f"| letters28 ({args.finetune_classes} classes, {args.finetune_per_class}/class, "
+          f"{args.finetune_image_size}px) | accuracy (mean of {args.seeds} seeds) |\n|---|---|")
     for kind in results:
         print(f"| {kind} | {mean[kind]:.4f} |")
     print(f"fine-tuned - scratch: {(mean['finetuned'] - mean['scratch']) * 100:+.1f} points")

@@ -2,7 +2,7 @@
 (`BiT_R50x1`, from `keras_vit.bit`), with the Keras Applications contract: `include_top, weights,
 input_tensor, input_shape, pooling, classes, classifier_activation`."""
 
-from keras_vit import cli, vit
+from keras_vit import variants, vit
 from keras_vit.bit import BiT_R50x1
 from keras_vit.variants import VARIANTS, Variant
 from keras_vit.weights import DEFAULT_WEIGHTS, IMAGENET_WEIGHTS
@@ -13,8 +13,9 @@ _DOCSTRING = """Instantiates {hybrid}ViT-{width}/{patch} (paper Table 1: {layers
         include_top: add the [class]-token pooling and the classification `head`.
         weights: {default_weights} (default: its best published checkpoint, downloaded once into the Keras
             cache), another published name, `"imagenet"` (its best ImageNet-1k fine-tune: {imagenet}), None
-            (random initialisation, no network) or a path to a checkpoint or `.weights.h5` file (see
-            `keras_vit.ViT` and `keras_vit.weights`).
+            (random initialisation, no network), a path to a checkpoint, or one's own `.keras` / `.weights.h5`
+            file or training run of this architecture (any classes and size; see `keras_vit.ViT` and
+            `keras_vit.weights`).
         input_tensor: optional Keras tensor to use as image input.
         input_shape: (height, width, channels), multiples of {patch}; default: the checkpoint's resolution
             ((224, 224, 3) without weights). Another size resamples the position embedding.
@@ -90,7 +91,7 @@ ViT_L32 = _constructor(VARIANTS["L32"])
 ViT_H14 = _constructor(VARIANTS["H14"])
 ViT_R50_B16 = _constructor(VARIANTS["R50_B16"])
 
-BIT_CONSTRUCTORS = {name: globals()[constructor] for name, constructor in cli.BIT_MODELS.items()}
+BIT_CONSTRUCTORS = {name: globals()[constructor] for name, constructor in variants.BIT_MODELS.items()}
 """The BiT ResNet constructors by lower-case model name (`"bit_r50x1"`): no patches, no published weights."""
 
 CONSTRUCTORS = {**{v.model_name: globals()[v.constructor_name] for v in VARIANTS.values()}, **BIT_CONSTRUCTORS}
@@ -101,7 +102,7 @@ checkpoint (`weights` is None or a Keras weights file of the same architecture).
 
 def is_bit(model: str) -> bool:
     """Whether `model` names a BiT ResNet of `CONSTRUCTORS` (any case: `"bit_r50x1"`, `"BiT-R50x1"`)."""
-    return cli.bit_name(model) is not None
+    return variants.bit_name(model) is not None
 
 
 def build_model(model: str, weights=None, **kwargs):
@@ -128,7 +129,7 @@ def build_model(model: str, weights=None, **kwargs):
     if model.lower() in CONSTRUCTORS:
         return CONSTRUCTORS[model.lower()](weights=weights, **kwargs)
     if is_bit(model):
-        return CONSTRUCTORS[cli.bit_name(model)](weights=weights, **kwargs)
+        return CONSTRUCTORS[variants.bit_name(model)](weights=weights, **kwargs)
     if not model.endswith(".keras"):
         raise ValueError(
             f"Unknown model. Received: {model!r}. Known: {', '.join(sorted(CONSTRUCTORS))}, or a `.keras` file."

@@ -143,7 +143,7 @@ def BiT(
             else 64].
         groups: GroupNorm groups (32 in BiT); `width` must be divisible by it [the file's, else 32].
         include_top: add the pre-head norm, the global average `pooling` and the `head`.
-        weights: None (random initialisation) or a keras_vit BiT file: a `.keras` or `.weights.h5` file, or a
+        weights: None or `"none"` (random initialisation) or a keras_vit BiT file: a `.keras` or `.weights.h5` file, or a
             training run's workdir. Its body is loaded into any head, classes and input size (a new zero head for
             other classes; none with `include_top=False`); another body (`block_units`, `width`, `groups`) is
             refused. Published BiT checkpoints are refused with a `ValueError`.
@@ -165,6 +165,9 @@ def BiT(
         >>> model.output_shape
         (None, 32)
     """
+    from keras_vit.weights_files import none_if_none
+
+    weights = none_if_none(weights)
     body = dict(block_units=block_units, width=width, groups=groups)
     source = _source(weights)
     if source is not None:

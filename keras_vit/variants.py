@@ -11,6 +11,7 @@ Example:
 """
 
 import dataclasses
+import re
 
 
 @dataclasses.dataclass(frozen=True)
@@ -200,3 +201,22 @@ def get_variant(name: str) -> Variant:
         f"Unknown ViT variant. Received: name={name!r}. Known variants: "
         f"{', '.join(v.model_name for v in VARIANTS.values())}."
     )
+
+
+BIT_MODELS = {"bit_r50x1": "BiT_R50x1"}
+"""The BiT ResNet rows of `keras_vit.applications.CONSTRUCTORS` (name -> constructor), known here without
+importing Keras so that the tools check `--model` before anything heavy is imported."""
+
+
+def bit_name(model) -> str | None:
+    """The `BIT_MODELS` name `model` spells (any case, with or without `_`, `-` or `/`: `"BiT-R50x1"`,
+    `"bit_r50x1"`), or None for any other value (a ViT variant, a `.keras` file, None).
+
+    Example:
+        >>> bit_name("BiT-R50x1"), bit_name("vit_b16")
+        ('bit_r50x1', None)
+    """
+    if not isinstance(model, str):
+        return None
+    key = re.sub(r"[-_/\s]", "", model.lower())
+    return next((name for name in BIT_MODELS if name.replace("_", "") == key), None)

@@ -16,7 +16,7 @@ import keras
 import numpy as np
 
 from keras_vit import initialization as initialization_lib
-from keras_vit import model_config, model_parts, preprocessing, validation, variants
+from keras_vit import model_config, model_parts, preprocessing, validation, variants, weights_files
 from keras_vit.layers import Patches, PatchEncoder, TokenPooling, TransformerBlock
 from keras_vit.layers.resnet import ResNetStem
 
@@ -78,10 +78,12 @@ def ViT(
             none: fine-tuning drops pre_logits as the official code does].
         include_top: add pooling, `pre_logits` and the `head`. Without it the model returns the
             normalised tokens (B, T, D), or a (B, D) vector with `pooling`.
-        weights: None (random initialisation, no network), a published name (`"imagenet21k"`,
+        weights: None or `"none"` (random initialisation, no network), a published name (`"imagenet21k"`,
             `"imagenet21k+imagenet2012"`, `"augreg_in21k"`, `"augreg_in21k_ft_in1k"`, ...; see
             `keras_vit.weights`; `"imagenet"` is the variant's best ImageNet-1k fine-tune), the path to an official `.npz`, a timm `.safetensors`, a Hugging Face ViT
-            folder or `model.safetensors`, or a Keras `.weights.h5` or `.keras` file of the same architecture.
+            folder or `model.safetensors`, or one's own keras_vit model: a `.keras` or `.weights.h5` file or a
+            training run's folder, whose arguments the file carries (docs/LOADING.md, "Fine-tune your own model";
+            a Keras `.weights.h5` of another model loads into the very architecture it was saved from).
             Checkpoints are loaded strictly (see `keras_vit.loading`); a different input size resamples the position
             embedding (reported on the "keras_vit" logger at WARNING, printed to stderr by default). A failed
             download raises `keras_vit.WeightsDownloadError`.
@@ -127,7 +129,7 @@ def ViT(
         (None, 10)
     """
     arguments = dict(locals())
-    weights = arguments.pop("weights")
+    weights = weights_files.none_if_none(arguments.pop("weights"))
     if weights is None:
         return build(arguments)
     if initialization not in (None, "official"):

@@ -21,6 +21,17 @@ FILE_SUFFIXES = (".npz", ".h5", ".keras", ".safetensors", ".json", ".bin", ".pth
 KERAS_SUFFIXES = (".h5", ".keras")
 
 
+def none_if_none(weights):
+    """None for `weights=None` or `"none"` (any case, the command-line tools' spelling of random weights), else
+    `weights`: Python and the CLIs take the same values.
+
+    Example:
+        >>> none_if_none("None"), none_if_none("imagenet21k")
+        (None, 'imagenet21k')
+    """
+    return None if weights is None or (isinstance(weights, str) and weights.lower() == "none") else weights
+
+
 def is_path(weights) -> bool:
     """Whether `weights` names a file or folder (rather than a published name).
 

@@ -10,17 +10,17 @@ import pytest
 from absl import flags
 
 import keras_vit
-from keras_vit import applications, cli, model_parts
+from keras_vit import applications, cli, model_parts, variants
 from training import config as config_lib
 
 
 def test_the_table_resolves_the_bit_names():
     assert applications.CONSTRUCTORS["bit_r50x1"] is keras_vit.BiT_R50x1
-    assert set(applications.BIT_CONSTRUCTORS) == set(cli.BIT_MODELS) == {"bit_r50x1"}  # cli's keras-free copy
+    assert set(applications.BIT_CONSTRUCTORS) == set(variants.BIT_MODELS) == {"bit_r50x1"}  # cli's keras-free copy
     for spelling in ("bit_r50x1", "BiT-R50x1", "BiT_R50x1", "bitr50x1"):
-        assert cli.bit_name(spelling) == "bit_r50x1" and applications.is_bit(spelling)
+        assert variants.bit_name(spelling) == "bit_r50x1" and applications.is_bit(spelling)
     for other in ("vit_b16", "tiny", "x.keras", None):
-        assert cli.bit_name(other) is None
+        assert variants.bit_name(other) is None
     model = applications.build_model("BiT-R50x1", input_shape=(32, 32, 3), classes=3, classifier_activation=None)
     assert model.name == "bit_r50x1" and model.output_shape == (None, 3)
     assert model.count_params() == 23_500_352 + 2048 * 3 + 3  # ResNet-50 v2 body + a 3-class head

@@ -203,3 +203,11 @@ def test_the_app_fine_tunes_its_own_run_onto_other_classes_and_size(tmp_path):
     errors = [line for line in refused.stderr.splitlines() if line.startswith("error:")]
     assert refused.returncode == 2 and len(errors) == 1, refused.stderr[-3000:]
     assert "num_layers=2 (checkpoint: 1)" in errors[0] and "model.weights.h5" in errors[0]
+
+
+def test_none_is_spelled_the_same_in_python_and_the_clis():
+    assert keras_vit.ViT(**ARCH, image_size=32, classes=3, weights="none").output_shape == (None, 3)
+    assert keras_vit.BiT(block_units=(1,), width=8, groups=4, image_size=16, classes=3, weights="None").output_shape \
+        == (None, 3)
+    with pytest.raises(ValueError, match="Unknown weights name"):
+        keras_vit.ViT(**ARCH, image_size=32, weights="nothing")

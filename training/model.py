@@ -12,12 +12,12 @@ Example:
 
 from __future__ import annotations
 
-from keras_vit import cli
+from keras_vit import variants
 
 TINY_BIT = dict(block_units=(1, 1, 1), width=16, groups=8)
 """The miniature BiT ResNet v2 of `--model=bit_tiny`: that of `training.experiments` ("BiT-R11")."""
 
-BIT_MODELS = ("bit_tiny", *cli.BIT_MODELS)
+BIT_MODELS = ("bit_tiny", *variants.BIT_MODELS)
 """The `--model` values that train a BiT ResNet (`keras_vit.BiT`) instead of a ViT."""
 
 VIT_ONLY_FIELDS = ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim", "qkv_bias", "classifier",
@@ -30,16 +30,21 @@ class ModelBuildError(ValueError):
 
 
 def is_bit(model: str) -> bool:
-    """Whether the config's `model` is a BiT ResNet (`BIT_MODELS`, any spelling of `keras_vit.cli.bit_name`)."""
-    return model == "bit_tiny" or cli.bit_name(model) is not None
+    """Whether the config's `model` is a BiT ResNet (`BIT_MODELS`, any spelling of `keras_vit.variants.bit_name`)."""
+    return model == "bit_tiny" or variants.bit_name(model) is not None
 
 
-def check_model(cfg) -> None:
+def check_model(cfg, recipe: dict | None = None) -> None:
     """Raises ValueError for a `model` the app cannot build, or a BiT `model` with a ViT-only setting.
 
     A ViT `model` is "tiny" or a `keras_vit.variants` name; a BiT one trains from scratch (or from a Keras
     weights file of the same architecture), so the ViT fields (`VIT_ONLY_FIELDS`) must keep their defaults
     and `weights` must not be a published (ViT) checkpoint.
+
+    Args:
+        cfg: a `training.config.Config`.
+        recipe: the values of the recipe `cfg` came from (`training.config.RECIPES[cfg.recipe]`), to say when
+            a refused value is the recipe's; None: not said.
     """
     import dataclasses
 
@@ -52,15 +57,13 @@ def check_model(cfg) -> None:
             except ValueError as error:
                 raise ValueError(f"{error} Or 'tiny', or a BiT ResNet: {', '.join(BIT_MODELS)}.") from None
         return
-    from training.config import RECIPES
-
     defaults = {f.name: f.default for f in dataclasses.fields(cfg)}
     for name in VIT_ONLY_FIELDS:
         if name not in defaults or getattr(cfg, name) == defaults[name]:
             continue
         value = getattr(cfg, name)
         source = (f" (set by --recipe={cfg.recipe}: choose another recipe)"
-                  if RECIPES.get(cfg.recipe, {}).get(name, defaults[name]) == value else "")
+                  if (recipe or {}).get(name, defaults[name]) == value else "")
         raise ValueError(f"--{name}={value} applies to ViT models only{source}. Received: --model={cfg.model}")
     if cfg.weights is not None:
         from keras_vit.weights import is_name
@@ -107,7 +110,7 @@ def _build(cfg, num_classes: int):
         else:
             from keras_vit import applications
 
-            name = cli.bit_name(cfg.model)
+            name = variants.bit_name(cfg.model)
             model = applications.CONSTRUCTORS[name](**shape, name=name)
     else:
         name = cfg.model if cfg.model != "tiny" else "vit_tiny"
