@@ -19,7 +19,7 @@ import os
 from absl import flags
 
 from keras_vit import cli, model_parts, weights_files
-from keras_vit.weights import sha256
+from keras_vit.download import sha256
 
 
 def source_file(source, variant: str | None = None) -> str | None:

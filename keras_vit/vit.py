@@ -219,7 +219,7 @@ class VisionTransformer(model_config.ConfigModel):
         ...                           mlp_dim=64, classes=3)
         >>> config = model.get_config()
         >>> config["input_shape"], config["classes"], VisionTransformer.from_config(config).count_params()
-        ((32, 32, 3), 3, 14275)
+        ((32, 32, 3), 3, 15459)
     """
 
     def __init__(self, input_tensor=None, name=None, dtype=None, trainable=True, **arguments):

@@ -1,4 +1,4 @@
-"""The table of published ViT weights, as data, and their download.
+"""The table of published ViT weights, as data (their download: `keras_vit.download`).
 
 Every entry names one file under https://storage.googleapis.com/vit_models/ with what a loader and a user need
 to know about it: the image size it was trained or fine-tuned at, its classes, whether it has the
@@ -35,8 +35,9 @@ table), so `sha256` is None everywhere and downloads are not verified; `python -
 the table.
 
 `weights="imagenet"`, the Keras Applications spelling, is an alias: each variant's best ImageNet-1k
-fine-tuned file (`IMAGENET_WEIGHTS`). Downloads go to `cache_path(entry)`; a failed one raises
-`WeightsDownloadError` (an `OSError`) naming that path, a checksum mismatch `WeightsChecksumError`.
+fine-tuned file (`IMAGENET_WEIGHTS`). `keras_vit.download.fetch(entry)` downloads a file once into the Keras
+cache. The Markdown table of docs/WEIGHTS.md is generated from `PUBLISHED` by `python tools/weights_table.py
+--write` (a repository tool, not part of the package).
 
 Example:
     >>> entry = get_entry("B16", "imagenet21k+imagenet2012")
@@ -45,32 +46,10 @@ Example:
 """
 
 import dataclasses
-import hashlib
-import os
-import tempfile
-import urllib.error
 
 BASE_URL = "https://storage.googleapis.com/vit_models/"
-CACHE_SUBDIR = "keras_vit"
 IMAGENET_ALIAS = "imagenet"
 """The Keras Applications name for ImageNet weights; resolved per variant through `IMAGENET_WEIGHTS`."""
-
-
-class WeightsDownloadError(ConnectionError):
-    """A published weights file could not be downloaded (no network, DNS failure, HTTP error, ...).
-
-    Its message names the weights, the URL, the cache file where a file downloaded by hand can be placed,
-    and the alternatives `weights=None` and `weights="/path/to/file.npz"`. Attributes: `entry` (the
-    `WeightsEntry`), `path` (that cache file) and `reason` (the network error, as text).
-    """
-
-    def __init__(self, message: str, entry=None, path: str | None = None, reason: str | None = None):
-        super().__init__(message)
-        self.entry, self.path, self.reason = entry, path, reason
-
-
-class WeightsChecksumError(ValueError):
-    """A downloaded weights file does not have the sha256 of the weights table (damaged or altered download)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -258,7 +237,7 @@ PUBLISHED: list[WeightsEntry] = [
                  representation_size=None, sha256=None, notes="timm's `vit_*_224.augreg_in21k_ft_in1k`"),
 ]
 """Every published checkpoint, one record each, in table order (the order of `names_for` and `all_names`).
-The weights table of docs/WEIGHTS.md is generated from it: `python -m keras_vit.weights --write`."""
+The weights table of docs/WEIGHTS.md is generated from it: `python tools/weights_table.py --write`."""
 
 WEIGHTS: dict[tuple[str, str], WeightsEntry] = {(entry.variant, entry.name): entry for entry in PUBLISHED}
 """Published weights by (variant, name)."""
@@ -337,185 +316,3 @@ def get_entry(variant: str | None, name: str) -> WeightsEntry:
         f"{', '.join(repr(n) for n in known) or 'none'}; or None, or the path to a .npz, .safetensors, "
         "Hugging Face folder or .weights.h5 file."
     )
-
-
-def default_cache_dir() -> str | None:
-    """`$KERAS_HOME` when set (read at call time), else None: the Keras default (~/.keras)."""
-    return os.environ.get("KERAS_HOME") or None
-
-
-def _cache_root(cache_dir: str | None) -> str:
-    """The folder `keras.utils.get_file` is given: `cache_dir`, else `$KERAS_HOME`, else Keras' own home
-    (`~/.keras`, or `/tmp/.keras` when the home folder is not writable, as Keras decides at import)."""
-    root = cache_dir if cache_dir is not None else default_cache_dir()
-    if root is None:
-        home = os.path.expanduser("~")
-        root = os.path.join(home if os.access(home, os.W_OK) else "/tmp", ".keras")
-    return os.path.expanduser(root)
-
-
-def cache_path(entry: WeightsEntry, cache_dir: str | None = None) -> str:
-    """The file `fetch` downloads `entry` to, and uses without any download when it is already there.
-
-    `<cache>/keras_vit/<entry.file_name>`, `<cache>` being `cache_dir`, else `$KERAS_HOME`, else `~/.keras`;
-    as `keras.utils.get_file` does, a cache folder that cannot be written falls back to `/tmp/.keras`.
-
-    Example:
-        >>> import os
-        >>> os.path.basename(cache_path(get_entry("B16", "imagenet21k")))
-        'imagenet21k__ViT-B_16.npz'
-    """
-    root = _cache_root(cache_dir)
-    if not os.access(root, os.W_OK):
-        root = os.path.join("/tmp" if os.path.isdir("/tmp") else tempfile.gettempdir(), ".keras")
-    return os.path.join(root, CACHE_SUBDIR, entry.file_name)
-
-
-def _failure_reason(error: BaseException, url: str) -> str:
-    """The network error behind a failed `get_file`, as short text without the URL (the message has it)."""
-    for cause in (error, error.__context__):  # get_file wraps a URLError in a plain Exception with the URL
-        if isinstance(cause, urllib.error.HTTPError):
-            return f"HTTP {cause.code} {cause.msg}"
-        if isinstance(cause, urllib.error.URLError):
-            reason = cause.reason
-            return reason.strerror if isinstance(reason, OSError) and reason.strerror else str(reason)
-    text = str(error).replace(f"URL fetch failure on {url}: ", "").replace(url, "the URL")
-    return text or type(error).__name__
-
-
-def sha256(path: str) -> str:
-    """Hex sha256 of a file, read in 1 MiB chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def fetch(entry: WeightsEntry, cache_dir: str | None = None) -> str:
-    """Downloads `entry` to `cache_path(entry, cache_dir)` (once) with `keras.utils.get_file`; returns that path.
-
-    A file already at that path is used without a download (a file downloaded by hand can be placed there).
-    The file is verified against `entry.sha256` when the table has one.
-
-    Raises:
-        WeightsDownloadError: when the download fails (an `OSError`; the message names the URL, the cache
-            path for a manual download, and `weights=None` or a local file as the alternatives).
-        WeightsChecksumError: when the downloaded file does not match its sha256 (a `ValueError`).
-    """
-    import keras
-
-    root = _cache_root(cache_dir)
-    try:  # get_file falls back to /tmp/.keras when the folder does not exist yet
-        os.makedirs(root, exist_ok=True)
-    except OSError:
-        pass  # not writable: get_file (and cache_path) fall back to /tmp/.keras
-    path = cache_path(entry, cache_dir)
-    try:
-        return keras.utils.get_file(
-            fname=entry.file_name,
-            origin=entry.url,
-            file_hash=entry.sha256,
-            hash_algorithm="sha256",
-            cache_subdir=CACHE_SUBDIR,
-            cache_dir=root,
-        )
-    except Exception as error:  # network errors come in many types (URLError, HTTPError, socket errors...)
-        checksum = isinstance(error, ValueError) and entry.sha256 is not None and "hash" in str(error)
-        if not (checksum and os.path.exists(path)):
-            reason = _failure_reason(error, entry.url)
-            raise WeightsDownloadError(
-                f"Could not download weights {entry.name!r} for ViT {entry.variant} ({reason}) from {entry.url}. "
-                f"To use them offline, download that file elsewhere and place it at {path} (it is then used "
-                f"without a download); or pass weights=None (random initialisation, no download) or "
-                f"weights=\"/path/to/file.npz\" (a checkpoint on disk).",
-                entry=entry, path=path, reason=reason,
-            ) from None
-        found = sha256(path)
-        raise WeightsChecksumError(
-            f"The file downloaded for weights {entry.name!r} of ViT {entry.variant} from {entry.url} failed its "
-            f"sha256 check (expected {entry.sha256}, got {found}): the download is damaged or not the published "
-            f"file. Delete {path} and try again, or pass weights=None or weights=\"/path/to/file.npz\"."
-        ) from None
-
-
-# ------------------------------------------------- the table of docs/WEIGHTS.md, generated from PUBLISHED
-
-TABLE_FILE = "docs/WEIGHTS.md"
-"""The file that holds the generated weights table, relative to the repository root."""
-
-TABLE_BEGIN = ("<!-- weights table: generated from keras_vit/weights.py by "
-               "`python -m keras_vit.weights --write docs/WEIGHTS.md` -->")
-TABLE_END = "<!-- end of the generated weights table -->"
-README_BEGIN, README_END = TABLE_BEGIN, TABLE_END  # the names from when the table lived in README.md
-
-
-def _top1_cell(entry: WeightsEntry) -> str:
-    return f"{entry.imagenet_top1:g}, {entry.top1_source}" if entry.imagenet_top1 is not None else entry.top1_source
-
-
-def markdown_table() -> str:
-    """The weights table as Markdown, one row per `PUBLISHED` entry, by variant (in `VARIANTS` order), then in
-    table order; the default of each named constructor is marked "(default)"."""
-    from keras_vit.variants import VARIANTS
-
-    order = {variant: i for i, variant in enumerate(VARIANTS)}
-    rows = sorted(PUBLISHED, key=lambda e: order.get(e.variant, len(order)))  # stable: table order per variant
-    lines = [
-        f"| variant | `weights=` | file under `{BASE_URL}` | res. | classes | pre_logits | ImageNet top-1 | notes |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for e in rows:
-        default = " (default)" if DEFAULT_WEIGHTS.get(e.variant) == e.name else ""
-        pre_logits = "-" if e.representation_size is None else str(e.representation_size)
-        lines.append(f"| {e.variant} | `{e.name}`{default} | `{e.path}` | {e.image_size} | {e.classes} | {pre_logits} "
-                     f"| {_top1_cell(e)} | {e.notes or '-'} |")
-    return "\n".join(lines) + "\n"
-
-
-def table_region(text: str) -> tuple[int, int]:
-    """Where the generated table sits in a Markdown `text`: (start, end) between the two markers."""
-    begin, end = text.find(TABLE_BEGIN), text.find(TABLE_END)
-    if begin < 0 or end < begin:
-        raise ValueError(f"The file has no generated weights table: it needs the lines {TABLE_BEGIN!r} and "
-                         f"{TABLE_END!r}, in that order.")
-    return begin + len(TABLE_BEGIN) + 1, end
-
-
-readme_region = table_region  # the name from when the table lived in README.md
-
-
-def main(argv=None) -> int:
-    """`python -m keras_vit.weights --markdown` prints the table; `--write [PATH]` rewrites the region between
-    the markers of PATH (default docs/WEIGHTS.md, from the repository root; `--readme PATH` is the old
-    spelling); `--check [PATH]` fails (exit 1) when that region is out of date."""
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="python -m keras_vit.weights", description=main.__doc__)
-    group = parser.add_mutually_exclusive_group(required=True)
-    group.add_argument("--markdown", action="store_true", help="print the weights table as Markdown")
-    group.add_argument("--write", "--readme", dest="write", metavar="PATH", nargs="?", const=TABLE_FILE,
-                       help=f"rewrite the generated table in this Markdown file (default {TABLE_FILE})")
-    group.add_argument("--check", metavar="PATH", nargs="?", const=TABLE_FILE,
-                       help=f"exit 1 when this file's table is not the generated one (default {TABLE_FILE})")
-    args = parser.parse_args(argv)
-    table = markdown_table()
-    if args.markdown:
-        print(table, end="")
-        return 0
-    path = args.write or args.check
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
-    start, end = table_region(text)
-    if args.check:
-        if text[start:end] != table:
-            print(f"{path}: the weights table is out of date; run `python -m keras_vit.weights --write {path}`")
-            return 1
-        return 0
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text[:start] + table + text[end:])
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

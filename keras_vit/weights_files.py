@@ -1,5 +1,5 @@
 """What a `weights` argument names, and where its file is: a published name (downloaded once into the Keras
-cache through `keras_vit.weights`), a checkpoint path, or a Keras `.weights.h5` / `.keras` path.
+cache through `keras_vit.download`), a checkpoint path, or a Keras `.weights.h5` / `.keras` path.
 
 `keras_vit.weights` is the table of published files; this module turns a `weights` argument into a local path
 (and its table entry), so that `keras_vit.ViT`, `keras_vit.loading.load_weights`, the converter and the CLIs
@@ -13,6 +13,7 @@ Example:
 import os
 import zipfile
 
+from keras_vit import download
 from keras_vit import weights as weights_table
 
 FILE_SUFFIXES = (".npz", ".h5", ".keras", ".safetensors", ".json", ".bin", ".pth", ".pt", ".ckpt")
@@ -98,4 +99,4 @@ def resolve_path(weights, variant: str | None) -> tuple[str, "weights_table.Weig
             "None, or the path to a .npz, .safetensors, Hugging Face folder or .weights.h5 file."
         )
     entry = weights_table.get_entry(variant, weights)
-    return weights_table.fetch(entry), entry
+    return download.fetch(entry), entry

@@ -29,7 +29,10 @@ MUST_HAVE_EXAMPLES = [
     "keras_vit.variants",
     "keras_vit.vit",
     "keras_vit.weights",
+    "keras_vit.download",
+    "keras_vit.model_config",
     "keras_vit.checkpoints.canonical",
+    "keras_vit.checkpoints.own",
 ]
 
 # Docstrings whose example cannot be tiny: the named constructors build their full-size model (weights=None).

@@ -13,6 +13,7 @@ import textwrap
 import pytest
 
 from keras_vit import weights
+from tools import weights_table
 from training import data
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -186,14 +187,14 @@ def test_reviewed_entries_resolve_by_name(key):
 
 
 def test_docs_weights_table_is_the_one_generated_from_the_code():
-    """docs/WEIGHTS.md's table is `keras_vit.weights.markdown_table()` (tests/test_weights.py checks its rows),
+    """docs/WEIGHTS.md's table is `keras_vit.weights_table.markdown_table()` (tests/test_weights.py checks its rows),
     and the README links to it."""
-    with open(os.path.join(ROOT, weights.TABLE_FILE), encoding="utf-8") as f:
+    with open(os.path.join(ROOT, weights_table.TABLE_FILE), encoding="utf-8") as f:
         text = f.read()
-    start, end = weights.table_region(text)
-    assert text[start:end] == weights.markdown_table(), "run `python -m keras_vit.weights --write`"
+    start, end = weights_table.table_region(text)
+    assert text[start:end] == weights_table.markdown_table(), "run `python tools/weights_table.py --write`"
     with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
         readme = f.read()
-    assert "(docs/WEIGHTS.md)" in readme and weights.TABLE_BEGIN not in readme
+    assert "(docs/WEIGHTS.md)" in readme and weights_table.TABLE_BEGIN not in readme
     for key, (path, size, classes, top1) in REVIEWED.items():
         assert f"| {key[0]} | `{key[1]}`" in text and f"| `{path}` | {size} | {classes} |" in text

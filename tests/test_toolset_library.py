@@ -18,7 +18,7 @@ import pytest
 from numpy_reference import random_official_params, vit_forward
 
 import keras_vit
-from keras_vit import convert, loading, model_parts, weights
+from keras_vit import convert, download, loading, model_parts, weights
 from keras_vit.applications import build_model
 from keras_vit.variants import VARIANTS, Variant
 
@@ -74,7 +74,7 @@ def test_offline_default_weights_give_one_clear_download_error(no_dns, tmp_path,
                               "(Name or service not known) from https://storage.googleapis.com/vit_models/augreg/")
     assert message.count(entry.url) == 1 and message.count("storage.googleapis.com") == 1
     cached = str(tmp_path / "home" / "keras_vit" / entry.file_name)
-    assert error.path == cached == weights.cache_path(entry)
+    assert error.path == cached == download.cache_path(entry)
     assert f"place it at {cached} " in message
     assert "weights=None (random initialisation" in message and 'weights="/path/to/file.npz"' in message
 
@@ -114,7 +114,7 @@ def test_checksum_mismatch_stays_a_distinct_error(tmp_path, monkeypatch):
     assert error.__cause__ is None and error.__suppress_context__
     actual = _sha256(served / "ViT-T_8.npz")
     assert f"sha256 check (expected {'0' * 64}, got {actual})" in str(error)
-    assert f"Delete {weights.cache_path(entry)} and try again" in str(error)
+    assert f"Delete {download.cache_path(entry)} and try again" in str(error)
 
 
 # ---------------------------------------------------------------- 2. `.keras` files
@@ -249,7 +249,7 @@ def test_imagenet_through_the_constructor_without_download(monkeypatch, tmp_path
         fetched.append(entry)
         raise keras_vit.WeightsDownloadError("stop here")
 
-    monkeypatch.setattr(weights, "fetch", fake_fetch)
+    monkeypatch.setattr(download, "fetch", fake_fetch)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "imagenet").write_text("not a weights file")  # a file of that name does not shadow the alias
     with pytest.raises(keras_vit.WeightsDownloadError, match="stop here"):
@@ -260,7 +260,7 @@ def test_imagenet_through_the_constructor_without_download(monkeypatch, tmp_path
 
 
 def test_imagenet_for_a_variant_without_imagenet1k_weights_says_what_it_has(monkeypatch):
-    monkeypatch.setattr(weights, "fetch", lambda entry, cache_dir=None: pytest.fail("no download expected"))
+    monkeypatch.setattr(download, "fetch", lambda entry, cache_dir=None: pytest.fail("no download expected"))
     with pytest.raises(ValueError, match=r"ViT H14 has no ImageNet-1k fine-tuned weights.*Published for H14: "
                                          r"'imagenet21k' \(21843 classes, 224x224\).*Received: weights='imagenet'"):
         keras_vit.ViT_H14(weights="imagenet")
@@ -290,7 +290,7 @@ def test_the_source_of_a_published_name_is_its_downloaded_file(tmp_path, monkeyp
     monkeypatch.setattr(weights, "BASE_URL", (tmp_path / "served").as_uri() + "/")
     monkeypatch.setenv("KERAS_HOME", str(tmp_path / "keras_home"))
     path = convert.source_file("imagenet21k", "T8")
-    assert path == weights.cache_path(entry) and _sha256(path) == _sha256(served / "ViT-T_8.npz")
+    assert path == download.cache_path(entry) and _sha256(path) == _sha256(served / "ViT-T_8.npz")
     model = keras_vit.ViT(**TINY_ARCH, weights="imagenet21k")
     text = convert.summary(model, "imagenet21k", "x.weights.h5", "f" * 64, path)
     assert f"source sha256:  {_sha256(path)} ({path})" in text.splitlines()

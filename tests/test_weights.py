@@ -10,7 +10,8 @@ import pytest
 from numpy_reference import random_official_params, vit_forward
 
 import keras_vit
-from keras_vit import model_parts, weights
+from keras_vit import download, model_parts, weights
+from tools import weights_table
 from keras_vit.variants import VARIANTS, Variant
 
 AUGREG_NAME = re.compile(
@@ -255,7 +256,7 @@ def _fake_published(monkeypatch, variant, name, **shape_args):
     fake = Checkpoint({k: np.broadcast_to(np.float32(0), v.shape) for k, v in shapes.items()}, "official",
                       f"{name}.npz", True, 1e-6)
     fetched = []
-    monkeypatch.setattr(weights, "fetch", lambda entry, cache_dir=None: fetched.append(entry) or "fake.npz")
+    monkeypatch.setattr(download, "fetch", lambda entry, cache_dir=None: fetched.append(entry) or "fake.npz")
     monkeypatch.setattr(loading, "read_checkpoint", lambda path, num_heads=None: fake)
     return fetched
 
@@ -280,7 +281,7 @@ def test_raw_imagenet21k_b16_has_the_golden_count_and_warns(monkeypatch):
 
 def test_markdown_table_has_one_row_per_entry_with_its_fields():
     rows = {}
-    for line in weights.markdown_table().splitlines()[2:]:
+    for line in weights_table.markdown_table().splitlines()[2:]:
         variant, name, path, size, classes, pre_logits, top1, notes = [c.strip() for c in line.strip("|").split(" | ")]
         key = (variant, re.fullmatch(r"`([^`]+)`( \(default\))?", name).group(1))
         assert key not in rows
@@ -297,13 +298,13 @@ def test_markdown_table_has_one_row_per_entry_with_its_fields():
 
 def test_the_readme_table_is_rewritten_and_checked_between_its_markers(tmp_path, capsys):
     readme = tmp_path / "README.md"
-    readme.write_text(f"intro\n{weights.README_BEGIN}\n| stale |\n{weights.README_END}\nafter\n")
-    assert weights.main(["--check", str(readme)]) == 1
+    readme.write_text(f"intro\n{weights_table.TABLE_BEGIN}\n| stale |\n{weights_table.TABLE_END}\nafter\n")
+    assert weights_table.main(["--check", str(readme)]) == 1
     assert "out of date" in capsys.readouterr().out
-    assert weights.main(["--readme", str(readme)]) == 0
-    assert readme.read_text() == (f"intro\n{weights.README_BEGIN}\n{weights.markdown_table()}{weights.README_END}"
+    assert weights_table.main(["--write", str(readme)]) == 0
+    assert readme.read_text() == (f"intro\n{weights_table.TABLE_BEGIN}\n{weights_table.markdown_table()}{weights_table.TABLE_END}"
                                   "\nafter\n")
-    assert weights.main(["--check", str(readme)]) == 0
+    assert weights_table.main(["--check", str(readme)]) == 0
     readme.write_text("no markers\n")
     with pytest.raises(ValueError, match="has no generated weights table"):
-        weights.main(["--check", str(readme)])
+        weights_table.main(["--check", str(readme)])
