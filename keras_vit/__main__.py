@@ -6,7 +6,9 @@
     python -m keras_vit --model=runs/x/model.keras --image=square.png
 
 Without `--weights` (default `none`) it runs offline with random weights: a smoke test of an installation.
-The image is `--image` (any format PIL reads, resized to the model's input) or a generated colour gradient.
+The image is `--image` (any format PIL reads, resized to the model's input; Pillow is the `image` extra) or a
+generated colour gradient. The top-3 classes are printed with their probabilities: a softmax of the logits
+for a head without activation (the training app saves `model.keras` so), said on the line.
 `python -m keras_vit vit_ti16` (the model as the only argument) still works.
 """
 
@@ -44,8 +46,9 @@ def _image(model, path):
         yy, xx = np.mgrid[0:height, 0:width] / max(height, width)
         pixels = np.stack([yy, xx, 1 - yy], axis=-1) * 255.0
     else:
-        from PIL import Image
+        from keras_vit import extras
 
+        Image = extras.require("PIL.Image", "image", "reading --image")
         with Image.open(path) as image:
             pixels = np.asarray(image.convert("RGB").resize((width, height), Image.BILINEAR), dtype=np.float64)
     from keras_vit import preprocessing
@@ -67,22 +70,38 @@ def _labels(classes):
     return None  # random weights: the class names would only mislead
 
 
+def probabilities(model, outputs):
+    """`(values, what they are)` for the class outputs of `model`: a softmax head's as they are; those of a
+    head without activation (logits, as in the training app's `model.keras`) through a softmax, as the
+    exported serving signature does; any other head's (or a model without a `head` layer's) as they are."""
+    from keras_vit import model_parts
+
+    activation = getattr(getattr(model_parts.head(model), "activation", None), "__name__", None)
+    if activation == "softmax":
+        return outputs, "probabilities"
+    if activation == "linear":
+        exp = np.exp(outputs - outputs.max(axis=-1, keepdims=True))
+        return exp / exp.sum(axis=-1, keepdims=True), "probabilities: a softmax of the model's logits"
+    return outputs, f"the {activation} outputs of the head" if activation else "the model's outputs"
+
+
 def run(argv):
     import keras_vit
 
     model = cli.model_from_flags(FLAGS)
     model.summary()
     print(f"{model.name}: {model.count_params():,} parameters")
-    probs = np.asarray(model.predict(_image(model, FLAGS.image), verbose=0))[0]
-    if probs.ndim != 1:
+    outputs = np.asarray(model.predict(_image(model, FLAGS.image), verbose=0))[0]
+    if outputs.ndim != 1:
         print(f"output shape {tuple(model.output_shape)}: features, no classes")
     else:
+        probs, kind = probabilities(model, outputs.astype(np.float64))
         names = _labels(len(probs))
         top = np.argsort(probs)[::-1][:3]
         what = FLAGS.image or "a generated image"
         weights = "random weights" if FLAGS.weights.lower() == "none" and not cli.keras_file_of(FLAGS) else "trained"
         print(f"top-3 classes of {what} ({weights}):", ", ".join(
-            f"{i}{f' ({names[i]})' if names else ''}: {probs[i]:.4f}" for i in top))
+            f"{i}{f' ({names[i]})' if names else ''}: {probs[i]:.4f}" for i in top), f"({kind})")
     print(f"keras_vit {keras_vit.__version__} OK")
     return 0
 

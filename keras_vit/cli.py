@@ -14,7 +14,9 @@
 * A usage error (an unknown flag, a bad or missing value, flags that cannot go together) is one line
   `error: ...` on stderr and exit status 2, also found before anything heavy is imported. A failure of the
   work itself (a `ValueError`, an `OSError`, ...) is one line `error: ...` and exit status 1; `--verbose` adds
-  the traceback.
+  the traceback. So is a missing optional package: imported through `keras_vit.extras.require`, its line names
+  the extra that installs it (`... needs the tf2onnx package, which is not installed: pip install
+  "keras-vit[onnx]"`).
 * A quiet start: `TF_CPP_MIN_LOG_LEVEL=3` unless the user set it, set before TensorFlow is first imported;
   the lines TensorFlow's C++ code still prints while it is imported (absl's "WARNING: All log messages before
   absl::InitializeLog() is called are written to STDERR", oneDNN's "oneDNN custom operations are on", which
@@ -69,6 +71,10 @@ import traceback
 
 from absl import app, flags
 
+from keras_vit import variants
+
+from keras_vit import extras
+
 flags.disclaim_key_flags()  # the flags the helpers define belong to the tool that calls them
 
 FLAGS = flags.FLAGS
@@ -101,27 +107,12 @@ class _Exit(Exception):
 # --- the shared flags --------------------------------------------------------------------------------------
 
 
-BIT_MODELS = {"bit_r50x1": "BiT_R50x1"}
-"""The BiT ResNet rows of `keras_vit.applications.CONSTRUCTORS` (name -> constructor), known here without
-importing Keras so that `--model` is checked before anything heavy is imported."""
-
 BIT_REFUSED_FLAGS = {"pooling": "token", "classifier": None}
 """Flag values a BiT `--model` refuses (None: any value): a ResNet has no [class] token and no `classifier`."""
 
 
 def _variant_names() -> list[str]:
-    from keras_vit.variants import VARIANTS
-
-    return [variant.model_name for variant in VARIANTS.values()]
-
-
-def bit_name(model) -> str | None:
-    """The `BIT_MODELS` name `model` spells (any case, with or without `_`, `-` or `/`: `"BiT-R50x1"`,
-    `"bit_r50x1"`), or None for any other value (a ViT variant, a `.keras` file, None)."""
-    if not isinstance(model, str):
-        return None
-    key = re.sub(r"[-_/\s]", "", model.lower())
-    return next((name for name in BIT_MODELS if name.replace("_", "") == key), None)
+    return [variant.model_name for variant in variants.VARIANTS.values()]
 
 
 def check_bit_arguments(model: str, **given) -> None:
@@ -150,12 +141,12 @@ def check_bit_arguments(model: str, **given) -> None:
 def define_model(flag_values=FLAGS, *, default=None, required=False, keras_files=True, extra_names=(),
                  refuse_bit=None, help=None):
     """`--model`: a variant name (`vit_b16`, any spelling `keras_vit.variants.get_variant` takes), a BiT ResNet
-    name (`BIT_MODELS`) or, with `keras_files`, a `.keras` file. Checked when the flags are parsed: an unknown
+    name (`variants.BIT_MODELS`) or, with `keras_files`, a `.keras` file. Checked when the flags are parsed: an unknown
     name or a missing file is a usage error, and so is a `.keras` file together with `--image_size`,
     `--classes`, `--pooling` or `--classifier` (the file fixes the architecture), or a BiT name with a ViT-only
     value (`check_bit_arguments`). `extra_names`: more accepted values (e.g. "tiny"). `refuse_bit`: the tool's
     reason to refuse the BiT names (a usage error saying it; they are then not listed as known)."""
-    names = _variant_names() + ([] if refuse_bit else list(BIT_MODELS))
+    names = _variant_names() + ([] if refuse_bit else list(variants.BIT_MODELS))
     what = "a variant name (" + ", ".join(names) + ")" + (" or a .keras file" if keras_files else "")
     holder = flags.DEFINE_string("model", default, help or f"The model: {what}.", flag_values=flag_values)
     if required:
@@ -172,7 +163,7 @@ def define_model(flag_values=FLAGS, *, default=None, required=False, keras_files
                 raise UsageError(f"The model file does not exist. Received: --model={model!r}")
             _refuse_architecture_flags(fv, f"--model={model!r}")
             return
-        bit = bit_name(model)
+        bit = variants.bit_name(model)
         if bit is not None:
             if refuse_bit:
                 raise UsageError(f"{refuse_bit} Received: --model={model!r}")
@@ -205,7 +196,7 @@ def define_weights(flag_values=FLAGS, *, default=None, required=False, purpose="
         "The weights: none (random initialisation), a published name (" + ", ".join(all_names()) + ", imagenet) "
         "or a file (.npz, .safetensors, Hugging Face folder, .weights.h5, or a trained .keras model, which "
         "then is the model)" + (". Required with a variant name: pass --weights=none explicitly for random "
-                                "weights" if required else "") + "."
+                                "weights (default with a .keras model: its own)" if required else "") + "."
     )
     holder = flags.DEFINE_string("weights", default, text, flag_values=flag_values)
 
@@ -321,12 +312,13 @@ def help_text(flag_values=FLAGS, usage=None, full=False) -> str:
         if flag.name in required:
             text += " (required)"
         elif flag.default is not None and "(default:" not in text:
-            text += f" (default: {_default_text(flag.default)})"
+            text += f" (default: {default_text(flag.default)})"
         lines.append(textwrap.fill(f"{spelled}: {text}", width=110, initial_indent="  ", subsequent_indent="      "))
     return "\n".join(lines).lstrip("\n") + "\n"
 
 
-def _default_text(value) -> str:
+def default_text(value) -> str:
+    """A flag's default as `--help` shows it: `true`, `'vit_b16'`, `5`, `'1,5,10'`."""
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, (list, tuple)):
@@ -399,7 +391,7 @@ def _positional_flags(flag_values, argv, names):
 def print_error(error) -> None:
     """`error: <message on one line>` on stderr."""
     text = " ".join(str(error).split()) or type(error).__name__
-    if not isinstance(error, (ValueError, OSError, app.UsageError, flags.Error)):
+    if not isinstance(error, (ValueError, OSError, app.UsageError, flags.Error, extras.MissingExtra)):
         text = f"{type(error).__name__}: {text}"
     sys.stdout.flush()
     print(f"error: {text}", file=sys.stderr, flush=True)
@@ -583,7 +575,7 @@ def build_model(model, weights=None, *, image_size=None, classes=None, pooling=N
     Keras model: `keras_vit.applications.build_model`, with a progress line.
 
     Args:
-        model: a variant name (any spelling of `keras_vit.variants.get_variant`), a BiT name (`BIT_MODELS`,
+        model: a variant name (any spelling of `keras_vit.variants.get_variant`), a BiT name (`variants.BIT_MODELS`,
             `bit_name`), a `.keras` file, or None:
             the architecture the checkpoint `weights` describes (`keras_vit.ViT(weights=...)`).
         weights: None or "none" (random), a published name, a checkpoint or `.weights.h5` file, or (with a
@@ -594,9 +586,9 @@ def build_model(model, weights=None, *, image_size=None, classes=None, pooling=N
     Raises:
         ValueError: an unknown name, flags a `.keras` model cannot take, or any loading error.
     """
-    from keras_vit import applications
+    from keras_vit import applications, weights_files
 
-    weights = None if weights is None or str(weights).lower() == "none" else weights
+    weights = weights_files.none_if_none(weights)
     keras_file = model if model is not None and model.endswith(".keras") else None
     if keras_file is None and weights is not None and str(weights).endswith(".keras"):
         keras_file, weights = weights, None  # a trained .keras model given as --weights is the model itself
@@ -621,7 +613,7 @@ def build_model(model, weights=None, *, image_size=None, classes=None, pooling=N
 
         progress(f"loading {weights} ...")
         return vit.ViT(weights=weights, **kwargs)
-    bit = bit_name(model)
+    bit = variants.bit_name(model)
     if bit is not None:
         check_bit_arguments(model, weights=weights, pooling=kwargs.get("pooling"), classifier=kwargs.get("classifier"))
         model = bit

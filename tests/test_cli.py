@@ -8,6 +8,7 @@ import sys
 import textwrap
 import time
 
+import numpy as np
 import pytest
 from absl import flags
 
@@ -218,3 +219,70 @@ def test_build_model_refuses_architecture_flags_for_a_keras_file(tmp_path):
 def test_build_model_accepts_any_variant_spelling():
     model = cli.build_model("ViT-Ti/16", "none", image_size=32, classes=3)
     assert model.input_shape == (None, 32, 32, 3) and model.output_shape == (None, 3)
+
+
+# --- every default in --help; what the smoke test prints ---------------------------------------------------
+
+
+def _flag_texts(help_output):
+    """{`--flag` as spelled in --help: its text on one line} of the `flags:` part of a tool's --help."""
+    texts, name = {}, None
+    for line in help_output.split("flags:\n", 1)[1].splitlines():
+        match = re.match(r"^  (--\S+?): (.*)$", line)
+        if match:
+            name = match.group(1)
+            texts[name] = match.group(2)
+        elif name:
+            texts[name] += " " + line.strip()
+    return texts
+
+
+@pytest.mark.parametrize("tool", TOOLS)
+def test_every_flag_in_help_says_its_default_or_that_it_is_required(tool):
+    result, _ = _run("-m", tool, "--help")
+    texts = _flag_texts(result.stdout)
+    assert texts, result.stdout
+    silent = [name for name, text in texts.items() if "default" not in text.lower() and "(required)" not in text]
+    assert not silent, silent
+
+
+def test_training_help_shows_each_recipes_defaults():
+    from training import config
+
+    result, _ = _run("-m", "training.train", "--help")
+    texts = _flag_texts(result.stdout)
+    batch = texts["--global_batch_size"]
+    assert batch.startswith("Batch size summed over all replicas. (default: the recipe's: ")
+    for recipe in ("scratch", "demo", "finetune"):
+        assert f"{config.RECIPES[recipe]['global_batch_size']} ({recipe}" in batch, batch
+    assert "'tiny' (scratch, demo); 'vit_b16' (pretrain_i21k, finetune, augreg)" in texts["--model"]
+    assert texts["--workdir"].endswith("(default: 'workdir')")  # the same in every recipe: one value
+    assert "2,15 (augreg)" in texts["--randaugment"] and "(default: 'keras')" in texts["--augment_library"]
+    assert "(default: 'token', the checkpoint's with --weights; a recipe chosen without --recipe" in texts[
+        "--classifier"]
+    assert texts["--log_every"].endswith("(default: about 20 lines a run).")  # its own words, not repeated
+
+
+@pytest.mark.parametrize("activation", [None, "softmax"])
+def test_smoke_test_prints_probabilities_of_a_logits_model(activation, tiny, tmp_path, capsys):
+    """The training app saves `model.keras` with a head without activation (logits): the smoke test prints
+    probabilities (a softmax of them) and says so, and a softmax head's outputs as they are."""
+    import keras
+
+    import keras_vit
+    from keras_vit import __main__ as smoke
+
+    path = str(tmp_path / "model.keras")
+    model = keras_vit.ViT(**tiny, classifier_activation=activation)
+    model.get_layer("head").bias.assign(np.array([3.0, 1.0, 0.0, -1.0, -3.0]))  # logits well outside [0, 1]
+    model.save(path)
+    model = keras.saving.load_model(path)
+    outputs = np.asarray(model.predict(smoke._image(model, None), verbose=0), np.float64)[0]
+    expected = np.exp(outputs) / np.exp(outputs).sum() if activation is None else outputs
+    assert smoke.main([f"--model={path}"]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("top-3 classes of "))
+    shown = [(int(i), float(v)) for i, v in re.findall(r"(\d+)(?: \([^)]*\))?: (-?\d+\.\d{4})", line)]
+    top = np.argsort(expected)[::-1][:3]
+    assert shown == [(int(i), round(float(expected[i]), 4)) for i in top], line
+    what = "probabilities: a softmax of the model's logits" if activation is None else "probabilities"
+    assert line.endswith(f" ({what})"), line

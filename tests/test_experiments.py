@@ -12,7 +12,7 @@ import pytest
 import keras_vit
 from keras_vit.flops import forward_flops
 from keras_vit.layers.resnet import StdConv2D
-from training import experiments, experiments_report
+from training import experiments, experiments_models, experiments_report
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "benchmarks"))
@@ -68,7 +68,7 @@ def test_flop_counter_counts_convolutions():
     model = keras.Model(inputs, StdConv2D(8, 3, strides=2)(inputs))
     flops, by_op = forward_flops(model, by_op=True)
     assert flops == 2 * 8 * 8 * 3 * 3 * 3 * 8 and set(by_op) == {"Conv2D"}
-    hybrid = keras_vit.ViT(**experiments.MODELS["hybrid"].arguments, image_size=16, classes=10)
+    hybrid = keras_vit.ViT(**experiments_models.MODELS["hybrid"].arguments, image_size=16, classes=10)
     assert set(forward_flops(hybrid, by_op=True)[1]) >= {"Conv2D", "MatMul"}
 
 
@@ -98,7 +98,7 @@ def _synthetic_results(bit_small, bit_large, vit_small, vit_large):
                                   "hybrid": (vit_small + 0.02, vit_large)}.items():
         for fraction, accuracy, size in ((0.1, small, 100), (1.0, large, 1000)):
             for seed, noise in enumerate((-0.002, 0.002)):
-                runs.append(dict(model=model, label=experiments.MODELS[model].label, fraction=fraction,
+                runs.append(dict(model=model, label=experiments_models.MODELS[model].label, fraction=fraction,
                                  train_examples=size, seed=seed, accuracy=accuracy + noise,
                                  fewshot_accuracy=accuracy - 0.1 + noise, parameters=20_000,
                                  train_flops={"bit": 3e9, "vit_base": 2e9, "vit_small": 5e8, "hybrid": 9e8}[model],
@@ -149,7 +149,7 @@ def test_tiny_study_writes_every_output(tmp_path, capsys):
         "--global_batch_size=16", "--shots=1", "--attention_images=4", "--nojit_compile",
     ])
     assert status == 0, capsys.readouterr().err
-    assert sorted(os.listdir(out)) == sorted(experiments_report.outputs(experiments.STUDIES))
+    assert sorted(os.listdir(out)) == sorted(experiments_report.outputs(experiments_models.STUDIES))
     results = json.loads((out / "results.json").read_text())
     assert len(results["runs"]) == 2 * 2
     run = results["runs"][0]

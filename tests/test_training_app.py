@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -38,6 +39,10 @@ def test_one_device_run_writes_config_checkpoints_metrics_and_a_summary_line(tmp
     assert any(line.startswith("step 2: eval_accuracy=") for line in lines)
     assert lines[-1].startswith("final: eval_accuracy=") and "359 test images after 4 steps" in lines[-1]
     assert any(line.startswith("step 2/4 (50%) loss=") and "img/s ETA" in line for line in lines)
+    # The first step's compilation is announced before it starts, and timed on the line after it.
+    compiling = lines.index("compiling the training step (the first step takes a while on CPU) ...")
+    assert re.fullmatch(r"compiled the training step: the first step took \d+\.\d s", lines[compiling + 1])
+    assert not any(line.startswith("step ") for line in lines[:compiling]), lines
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["steps"] == 4 and 0.0 <= metrics["eval_accuracy"] <= 1.0 and metrics["eval_loss"] > 0
     assert metrics["train_images_per_sec"] > 0 and f"{metrics['eval_accuracy']:.4f}" in lines[-1]
@@ -58,6 +63,7 @@ def test_one_device_run_writes_config_checkpoints_metrics_and_a_summary_line(tmp
     # Another checkpoint interval changes nothing computed: the finished run restarts (and only evaluates).
     again = train(tmp_path, "--steps=4", "--checkpoint_every=3", "--export=false")
     assert again.returncode == 0 and "after 4 steps" in again.stdout, again.stderr[-3000:]
+    assert "compiling the training step" not in again.stdout  # nothing left to train: no step compiles
 
 
 def test_resumed_run_ends_with_the_weights_of_an_uninterrupted_run(tmp_path):

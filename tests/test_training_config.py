@@ -106,7 +106,8 @@ def test_each_config_field_is_the_flag_of_its_name_type_and_help():
     for kind, names in FLAG_TYPES.items():
         for name in names.split():
             flag = flags.FLAGS[name]
-            assert flag.help.endswith(fields[name].metadata["help"]) and flag.default is None, name  # the recipe's
+            assert fields[name].metadata["help"] in flag.help and flag.default is None, name  # the recipe's,
+            assert "default" in flag.help, name  # which --help shows (train._default_help)
             assert flag.flag_type() == ("string enum" if kind == "enum" else kind), name
             assert getattr(flag.parser, "enum_values", None) == FLAG_CHOICES.get(name), name
             lower = 1 if name in ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim", "image_size") \

@@ -38,7 +38,7 @@ def test_a_run_without_recipe_gets_the_recipe_of_its_situation(overrides, recipe
 @pytest.mark.parametrize("overrides, classifier", [
     ({"dataset": "folder:/data/letters", "image_size": 28}, "gap"),  # a ViT from scratch, recipe chosen
     ({"dataset": "folder:/data/letters", "image_size": 28, "classifier": "token"}, "token"),  # the flag wins
-    ({"dataset": "folder:/data/letters", "image_size": 28, "weights": "run/model.weights.h5"}, "gap"),  # no run
+    ({"dataset": "folder:/data/letters", "image_size": 28, "weights": "run/model.weights.h5"}, None),  # the file's
     ({"dataset": "folder:/data/letters", "image_size": 28, "model": "bit_tiny"}, None),  # no ViT head
     ({"dataset": "cifar10", "weights": "augreg_in21k"}, None),  # finetune: the checkpoint's
     ({}, None),  # the demo
@@ -52,12 +52,19 @@ def test_a_vit_from_scratch_gets_a_global_average_pooled_head_when_the_recipe_is
         assert config.make_config("scratch", **overrides).classifier == overrides.get("classifier")
 
 
-@pytest.mark.parametrize("saved, classifier", [({"classifier": "gap"}, "gap"), ({"classifier": None}, "token"),
-                                               ({}, "token")])
-def test_a_fine_tune_from_ones_own_run_takes_the_head_of_that_run(tmp_path, saved, classifier):
-    (tmp_path / "config.json").write_text(json.dumps(saved))
+@pytest.mark.parametrize("classifier", ["gap", "token"])
+def test_a_fine_tune_from_ones_own_run_takes_the_head_of_that_run(tmp_path, classifier):
+    import keras_vit
+    from keras_vit import model_parts
+    from training.config import TINY_MODEL
+    from training.model import build_model
+
     weights = str(tmp_path / "model.weights.h5")
-    assert config.make_config(None, dataset="folder:/data/letters", weights=weights).classifier == classifier
+    keras_vit.ViT(image_size=16, classes=10, classifier=classifier, **TINY_MODEL).save_weights(weights)
+    cfg = config.make_config(None, dataset="folder:/data/letters", image_size=16, weights=weights)
+    assert cfg.classifier is None  # the file carries its head
+    model = build_model(cfg, num_classes=3)
+    assert model.arguments["classifier"] == classifier and model_parts.head(model).units == 3
 
 
 def test_an_explicit_recipe_is_taken_as_it_is():

@@ -1,5 +1,6 @@
 """training.loop when things go wrong: divergence, resuming with changes, damaged checkpoints, an unwritable
-workdir, undecodable images and empty classes of a folder dataset. Tiny configs; most runs in this process."""
+workdir, a workdir another run holds, undecodable images and empty classes of a folder dataset. Tiny configs;
+most runs in this process (tests/test_training_images.py: the image checks)."""
 
 import contextlib
 import io
@@ -7,6 +8,8 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -16,12 +19,14 @@ from training import config, data, loop
 
 TINY = dict(image_size=8, patch_size=4, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32, global_batch_size=16,
             log_every=1, show_predictions=0, export=False, jit_compile=False)
-# Adam without warm-up at a learning rate that makes the weights overflow within 10 steps. Which rate does it
-# after a few finite steps depends on the model's initial numerics (1e5 stopped diverging when the model build was
-# restructured, 1e10 then overflowed at step 2 once from-scratch models got smaller initial scales), so the
-# fixture climbs a ladder of rates and keeps the first run that diverges after a finite checkpoint was written.
-DIVERGING = dict(steps=10, warmup_steps=0, checkpoint_every=1)
-DIVERGING_RATES = (1e6, 1e7, 3e7, 1e8, 1e9, 1e10)
+# SGD without gradient clipping at a learning rate that makes the weights overflow within 10 steps, after 4
+# warm-up steps: the first update is small (ckpt-1 is good: the loss after it is the first loss), then the weights
+# explode and stay finite for a step or two with losses of 1e10 and more before they overflow. Those finite but
+# exploded checkpoints are what a lower learning rate cannot resume from. Which rate does it depends on the
+# model's initial numerics, so the fixture climbs down a ladder of rates and keeps the first run that diverges
+# with a good checkpoint and a finite exploded one after it.
+DIVERGING = dict(steps=10, warmup_steps=4, checkpoint_every=1, optimizer="sgd", grad_clip_norm=None)
+DIVERGING_RATES = (1e5, 1e4, 1e3, 1e2)
 
 
 def make_config(workdir, **overrides):
@@ -72,16 +77,23 @@ def non_finite_tensors(prefix):
     reader = tf.train.load_checkpoint(str(prefix))
     tensors = {k: np.asarray(reader.get_tensor(k)) for k in reader.get_variable_to_shape_map()}
     floats = {k: v for k, v in tensors.items() if v.dtype.kind == "f"}
-    assert len(floats) > 50  # the model's 24 weights and Adam's 48 moments (the model's are under optimizer/)
+    assert len(floats) >= 48  # the model's 24 weights and Adam's 48 moments or SGD's 24 momenta (under optimizer/)
     return sorted(k for k, v in floats.items() if not np.isfinite(v).all())
 
 
 # --- 1, 2: divergence -------------------------------------------------------------------------------------
 
 
+def recorded_losses(workdir):
+    """{checkpoint number: loss of the step after it} from the run's record (checkpoints/losses.json)."""
+    record = json.loads((workdir / "checkpoints" / loop.LOSSES_FILE).read_text())
+    return record["first_loss"], {int(k): v for k, v in record["after"].items()}
+
+
 @pytest.fixture(scope="module")
 def diverged(tmp_path_factory):
-    """A workdir whose run diverged after writing a finite checkpoint, the error message and the learning rate."""
+    """A workdir whose run diverged after a good checkpoint and a finite, exploded one after it, the error
+    message and the learning rate."""
     messages = []
     for rate in DIVERGING_RATES:
         workdir = tmp_path_factory.mktemp("diverged")
@@ -89,16 +101,19 @@ def diverged(tmp_path_factory):
             run(workdir, **DIVERGING, learning_rate=rate)
         except loop.TrainingDiverged as stop:
             messages.append(f"{rate:g}: {stop}")
-            if "last good checkpoint is" in str(stop):
+            _, after = recorded_losses(workdir)
+            exploded = [n for n, loss in after.items() if np.isfinite(loss) and loss > 1e6]
+            if "last good checkpoint is" in str(stop) and exploded:
                 return workdir, str(stop), rate
         else:
             messages.append(f"{rate:g}: finished without diverging")
-    pytest.fail("no learning rate diverged after a finite checkpoint:\n" + "\n".join(messages))
+    pytest.fail("no learning rate diverged after a good and a finite exploded checkpoint:\n" + "\n".join(messages))
 
 
-def test_a_divergence_before_any_finite_checkpoint_says_there_is_none(tmp_path):
+def test_a_divergence_before_any_good_checkpoint_says_there_is_none(tmp_path):
+    # Adam without warm-up at 1e15: the first update already overflows.
     with pytest.raises(loop.TrainingDiverged, match="no last good checkpoint") as info:
-        run(tmp_path, **DIVERGING, learning_rate=1e15)
+        run(tmp_path, steps=10, warmup_steps=0, checkpoint_every=1, learning_rate=1e15)
     assert "--resume_with_changes to train again from step 0" in str(info.value)
 
 
@@ -108,7 +123,7 @@ def named_checkpoint(message):
     return match.group(1), int(match.group(2))
 
 
-def test_divergence_saves_only_finite_state_and_names_a_finite_checkpoint(diverged):
+def test_divergence_names_a_checkpoint_followed_by_a_sane_loss_not_a_finite_exploded_one(diverged):
     workdir, message, _ = diverged
     prefix, step = named_checkpoint(message)
     assert os.path.exists(prefix + ".index")
@@ -116,9 +131,21 @@ def test_divergence_saves_only_finite_state_and_names_a_finite_checkpoint(diverg
     for name in os.listdir(workdir / "checkpoints"):  # nothing non-finite was ever written
         if name.endswith(".index"):
             assert non_finite_tensors(workdir / "checkpoints" / name[:-6]) == [], name
+    first, after = recorded_losses(workdir)
+    limit = loop.SANE_LOSS_FACTOR * max(np.log(10), first)
+    assert after[step] <= limit  # the step after it had a sane loss
     stopped = int(re.search(r"at step (\d+)", message).group(1))
-    assert step <= stopped - 2 and max(checkpoint_numbers(workdir)) == step  # the one that led to it is aside
+    # Every later checkpoint, finite but exploded (its next loss over the limit) or the one whose step overflowed,
+    # was moved aside, so that a rerun resumes from the good one; the old rule (finite, step - 2) named one of them.
+    moved = sorted(int(n[len("diverged-ckpt-"):-len(".index")]) for n in os.listdir(workdir / "checkpoints")
+                   if re.fullmatch(r"diverged-ckpt-\d+\.index", n))
+    assert moved == list(range(step + 1, stopped))
+    assert any(np.isfinite(after[n]) and after[n] > limit for n in moved if n in after)
+    assert max(checkpoint_numbers(workdir)) == step
+    assert all(f"ckpt-{n} (next loss" in message for n in moved)
     assert f"--resume_with_changes to continue from {prefix}" in message and "--learning_rate=<lower than" in message
+    # keep_checkpoints is 2 and two or more checkpoints were saved after the good one: the rotation kept it.
+    assert make_config(workdir).keep_checkpoints == 2 and len(moved) >= 2
 
 
 def test_advised_rerun_with_a_lower_learning_rate_resumes_and_finishes(diverged, tmp_path, capsys):
@@ -132,7 +159,8 @@ def test_advised_rerun_with_a_lower_learning_rate_resumes_and_finishes(diverged,
     # A model change stays refused, with or without the flag.
     with pytest.raises(loop.WorkdirError, match="hidden_size cannot change"):
         run(workdir, **{**DIVERGING, "learning_rate": 1e-3, "hidden_size": 32}, resume_with_changes=True)
-    status, out, err = cli(capsys, workdir, "--resume_with_changes", **{**DIVERGING, "learning_rate": 1e-3})
+    status, out, err = cli(capsys, workdir, "--resume_with_changes",
+                           **{**DIVERGING, "grad_clip_norm": 0, "learning_rate": 1e-3})  # 0: no clipping
     assert status == 0, err[-3000:]
     resumed_from = prefix.replace(str(source), str(workdir))
     assert f"resumed from {resumed_from} at step {step}" in out
@@ -142,6 +170,8 @@ def test_advised_rerun_with_a_lower_learning_rate_resumes_and_finishes(diverged,
     assert saved["resumed_with_changes"] == [{"step": step, "changed": {"learning_rate": [rate, 1e-3]}}]
     assert config.Config.from_json((workdir / "config.json").read_text()).learning_rate == 1e-3
     assert non_finite_tensors(workdir / "checkpoints" / "ckpt-10") == []
+    first, after = recorded_losses(workdir)  # every step after a checkpoint of the rerun had a sane loss
+    assert all(after[n] <= loop.SANE_LOSS_FACTOR * max(np.log(10), first) for n in range(step, 10))
 
 
 # --- 3, 7: damaged checkpoints ----------------------------------------------------------------------------
@@ -254,16 +284,80 @@ def test_a_workdir_under_a_file_is_one_error_line(tmp_path, capsys):
     assert str(workdir) in lines[0] and f"{str(tmp_path / 'a_file')!r} is a file" in lines[0]
 
 
-@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root writes to read-only folders")
-def test_a_read_only_workdir_is_refused(tmp_path):
-    workdir = tmp_path / "read_only"
-    workdir.mkdir()
-    workdir.chmod(0o500)
+@pytest.mark.parametrize("how", ["permissions", "kernel folder"])
+def test_a_read_only_workdir_is_refused(tmp_path, how):
+    if how == "permissions":  # a folder without write permission: root writes there anyway
+        if not hasattr(os, "geteuid") or os.geteuid() == 0:
+            pytest.skip("root writes to folders without write permission (the kernel-folder case runs as root)")
+        workdir = tmp_path / "read_only"
+        workdir.mkdir()
+        workdir.chmod(0o500)
+    else:  # a folder of the kernel's that takes no new file from anyone, root included (CI runs as root)
+        workdir = next((d for d in ("/proc/self/fdinfo", "/sys/kernel") if os.path.isdir(d)), None)
+        if workdir is None:
+            pytest.skip("no /proc or /sys (not Linux)")
     try:
-        with pytest.raises(loop.WorkdirError, match="Cannot write to --workdir"):
+        with pytest.raises(loop.WorkdirError, match=f"Cannot write to --workdir={str(workdir)!r}"):
             run(workdir, steps=1)
     finally:
-        workdir.chmod(0o700)
+        if how == "permissions":
+            workdir.chmod(0o700)
+
+
+# --- the workdir lock -----------------------------------------------------------------------------------
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@contextlib.contextmanager
+def lock_held_by_another_process(workdir):
+    """A child Python process holding WORKDIR/.lock (as a run does) until the block ends; yields its pid."""
+    os.makedirs(workdir, exist_ok=True)
+    child = subprocess.Popen([sys.executable, "-m", "training.workdir_lock", str(workdir / ".lock")], cwd=ROOT,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "locked"
+        yield child.pid
+    finally:
+        child.kill()
+        child.wait()
+        child.stdout.close()
+
+
+def test_a_second_run_on_a_workdir_in_use_is_refused_naming_the_holder(tmp_path, capsys):
+    workdir = tmp_path / "run"
+    with lock_held_by_another_process(workdir) as pid:
+        status, out, err = cli(capsys, workdir, steps=2, seed=1)
+        lines = err.strip().splitlines()
+        assert status == 2 and len(lines) == 1 and lines[0].startswith("error: "), err
+        assert f"--workdir={str(workdir)!r} is in use by another run: pid {pid} on host " in lines[0]
+        assert "workdir_lock" in lines[0] and "use another --workdir" in lines[0]  # its command
+        assert sorted(os.listdir(workdir)) == [".lock"]  # refused before it wrote anything: no config, no checkpoint
+        # The holder is named by the lock it holds: the same in-process run is refused too.
+        with pytest.raises(loop.WorkdirError, match=f"pid {pid} "):
+            run(workdir, steps=2)
+    # The holder was killed without releasing it (a crash): the kernel dropped its flock; the next run takes the
+    # lock over, says whose it was, and trains.
+    status, out, err = cli(capsys, workdir, steps=2)
+    assert status == 0, err[-3000:]
+    assert f"named a run that ended without releasing it (crashed or killed): pid {pid} " in out
+    assert "after 2 steps" in out.strip().splitlines()[-1]
+    assert (workdir / ".lock").read_text() == ""  # released at the end: the next run finds no stale lock
+    status, out, _ = cli(capsys, workdir, steps=2)
+    assert status == 0 and "without releasing" not in out
+
+
+def test_the_lock_is_released_when_a_run_fails(tmp_path):
+    workdir = tmp_path / "run"
+    run(workdir, steps=2)
+    with pytest.raises(loop.WorkdirError, match="different config"):
+        run(workdir, steps=2, seed=5)
+    assert (workdir / ".lock").read_text() == ""
+    with pytest.raises(loop.TrainingDiverged):  # a diverging run in a fresh workdir releases it too
+        run(tmp_path / "diverging", steps=10, warmup_steps=0, checkpoint_every=1, learning_rate=1e15)
+    assert (tmp_path / "diverging" / ".lock").read_text() == ""
+    out = run(workdir, steps=2)  # not held: the same workdir resumes (finished: it only evaluates)
+    assert "after 2 steps" in out
 
 
 # --- 5, 6: folder datasets ------------------------------------------------------------------------------

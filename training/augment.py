@@ -23,6 +23,8 @@ import importlib
 
 import tensorflow as tf
 
+from keras_vit import extras
+
 # RandAugment magnitudes in the AugReg/big_vision configs run on a 0..30 scale; Keras takes a factor in [0, 1].
 MAX_MAGNITUDE = 30.0
 
@@ -34,25 +36,21 @@ LIBRARIES = {
 }
 
 
-class MissingLibraryError(ImportError):
-    """The augmentation library asked for is not installed; the message says how to install it."""
+MissingLibraryError = extras.MissingExtra
+"""The augmentation library asked for is not installed; the message names the extra that installs it."""
 
 
 def layers_of(library="keras"):
     """The module of `library`'s augmentation layers (`keras.layers` or `keras_cv.layers`).
 
     Raises:
-        MissingLibraryError: when the library is not installed (keras-cv is an optional extra).
+        MissingLibraryError: when the library is not installed (keras-cv is an optional extra, `keras-cv`).
     """
     module = LIBRARIES[library]["module"]
-    try:
+    if module == "keras":  # keras_vit's own dependency
         return importlib.import_module(module).layers
-    except ImportError as error:
-        package = module.replace("_", "-")  # also the name of its extra
-        raise MissingLibraryError(
-            f"--augment_library={library} needs the {package} package, which is not installed: "
-            f'pip install "keras-vit[{package}]"'
-        ) from error
+    extra = extras.package_of(module)  # keras-cv: the extra is named as the package
+    return extras.require(module, extra, f"--augment_library={library}").layers
 
 
 def make_batch_transform(num_classes, randaugment=None, mixup=0.0, cutmix=0.0, seed=0, library="keras"):

@@ -433,6 +433,6 @@ def _validate(cfg: Config) -> None:
         raise ValueError(f"`randaugment` is (num_ops, magnitude). Received: randaugment={cfg.randaugment!r}")
     from training.model import check_model
 
-    check_model(cfg)  # a known ViT or BiT name (else a ValueError listing them), no ViT-only field with a BiT
+    check_model(cfg, RECIPES.get(cfg.recipe))  # a known ViT or BiT name (else a ValueError listing them), no ViT-only field with a BiT
     if cfg.strategy == "tpu" and cfg.mixed_precision == "float16":
         raise ValueError("TPUs compute in bfloat16. Received: strategy='tpu', mixed_precision='float16'")

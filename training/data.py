@@ -22,8 +22,13 @@ Sources (`name`):
     * `"folder:PATH"`: the tensorflow-datasets ImageFolder layout `PATH/<split>/<label>/<image>`; the
       evaluation split may be called `test`, `val` or `validation`. A class folder of `train` without images
       is refused, and so is a flat `PATH/<label>/<image>` layout (the message says where to move the
-      folders). `check_images` finds the files `tf.io.decode_image` would reject (by their headers, before
-      training) so that they can be named, or skipped with `skip_files`.
+      folders). Images are the regular files with an extension of `IMAGE_EXTENSIONS` (WebP included: this
+      TensorFlow decodes still WebP images); a FIFO or a folder named like one is left out, and so are other
+      extensions (`check_images` warns of both). Paths go to TensorFlow as the file system's bytes, so a file
+      name that is not UTF-8 is read as it is (messages show it escaped, `shown_path`); a class folder name
+      that is not UTF-8 is refused (it would be a label). `check_images` finds, before training, the files the
+      pipeline could not use (headers, a pixel limit, a full decode) so that they can be named, or skipped
+      with `skip_files`; `find_bad_files` names the file when the pipeline fails on one later.
     * any other name: a prepared tensorflow-datasets dataset (never downloaded unless `download=True`).
 
 Example:
@@ -39,12 +44,17 @@ import concurrent.futures
 import dataclasses
 import math
 import os
+import re
+import stat
 import struct
+import time
 
 import numpy as np
 import tensorflow as tf
 
-IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif")
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")
+DEFAULT_MAX_IMAGE_PIXELS = 40_000_000  # 40 megapixels (7,300 x 5,500): a 36-megapixel camera's photos pass
+SLOW_CHECK_SECONDS = 10.0  # an image check this long says how long it took
 EVAL_SPLIT_NAMES = ("test", "val", "validation")
 _DIGITS_SPLIT_SEED = 0
 
@@ -87,11 +97,18 @@ def dataset_source(name: str, split: str, data_dir: str | None = None, download:
     return _tfds_source(name, split, data_dir, download)
 
 
-def check_images(name: str, splits, skip: bool = False) -> frozenset:
-    """Checks the header of every file of a folder dataset's `splits`; returns the bad paths (to skip).
+def check_images(name: str, splits, skip: bool = False, *, max_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS,
+                 decode: bool = True, log=None) -> frozenset:
+    """Checks every file of a folder dataset's `splits` before anything trains; returns the bad paths (to skip).
 
-    A file is bad when `tf.io.decode_image` would reject it: not a JPEG, PNG, GIF, BMP or WebP, no readable
-    size, or truncated (see `image_problem`). Other datasets are not checked (an empty set).
+    A file is bad when the pipeline could not use it: its header is not a JPEG, PNG, GIF, BMP or WebP one, says
+    no size, or more pixels than `max_pixels` (the frames of a GIF count: TensorFlow decodes them all), or the
+    file is truncated (`image_problem`); or, with `decode`, TensorFlow's own decoder (`tf.io.decode_image`, as
+    the pipeline calls it) rejects its body, e.g. a PNG corrupt after a valid header (`undecodable`: one
+    parallel pass; BMPs are skipped, their exact size proves them whole). Entries of a class folder that are not
+    regular files (a FIFO, a folder, a broken link named `x.png`) and files with other extensions are not
+    listed; `log` gets a `warning: ...` line for them (and a line when the check took long). Other datasets are
+    not checked (an empty set).
 
     Raises:
         InvalidDatasetError: naming the first bad files, unless `skip`.
@@ -99,27 +116,103 @@ def check_images(name: str, splits, skip: bool = False) -> frozenset:
     if not name.startswith("folder:"):
         return frozenset()
     root = name[len("folder:"):]
-    paths = [path for split in dict.fromkeys(splits) for path in _folder_files(root, split)[1]]
+    started = time.perf_counter()
+    listings = [_folder_listing(root, split) for split in dict.fromkeys(splits)]
+    paths = [path for listing in listings for path in listing.paths]
+    if log is not None:
+        for line in _ignored_warnings(name, [entry for listing in listings for entry in listing.ignored]):
+            log(line)
     with concurrent.futures.ThreadPoolExecutor(16) as pool:  # I/O bound: many small reads
-        problems = list(pool.map(image_problem, paths))
-    bad = [(path, problem) for path, problem in zip(paths, problems) if problem]
+        headers = list(pool.map(lambda path: _inspect(path, max_pixels), paths))
+    problems = {path: problem for path, (problem, _) in zip(paths, headers) if problem}
+    if decode:
+        problems.update(undecodable([path for path, (problem, kind) in zip(paths, headers)
+                                     if problem is None and kind != "BMP"]))
+    elapsed = time.perf_counter() - started
+    if log is not None and elapsed >= SLOW_CHECK_SECONDS:
+        how = "headers and a full decode" if decode else "headers only"
+        log(f"checked {len(paths)} image files of {name} in {elapsed:.0f}s ({how})")
+    bad = [(path, problems[path]) for path in paths if path in problems]
     if bad and not skip:
-        shown = "; ".join(f"{path} ({problem})" for path, problem in bad[:5])
-        more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
-        raise InvalidDatasetError(
-            f"{len(bad)} of {len(paths)} files of dataset={name!r} cannot be decoded: {shown}{more}. Delete or "
-            f"replace them, or pass --skip_bad_images to train and evaluate without them."
-        )
+        raise InvalidDatasetError(bad_files_message(name, bad, len(paths)))
     return frozenset(path for path, _ in bad)
 
 
-def image_problem(path: str) -> str | None:
-    """Why `tf.io.decode_image` would reject the file at `path` (None: it looks decodable), from its header and tail.
+def bad_files_message(name: str, bad, total: int | None = None) -> str:
+    """One line naming the first bad files of `bad` ((path, problem) pairs) and the ways out."""
+    shown = "; ".join(f"{shown_path(path)} ({problem})" for path, problem in bad[:5])
+    more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
+    of = f" of {total}" if total is not None else ""
+    large = " (downscale an image over the pixel limit, or raise --max_image_pixels)" if any(
+        PIXEL_LIMIT_NOTE in problem for _, problem in bad) else ""
+    return (f"{len(bad)}{of} files of dataset={name!r} cannot be used: {shown}{more}. Delete or replace them{large}, "
+            f"or pass --skip_bad_images to train and evaluate without them.")
 
-    Checks the magic bytes, a non-zero width and height (JPEG, PNG, GIF, BMP), and truncation: the end
-    marker near the end of a JPEG, PNG or GIF, the exact size TensorFlow requires of a BMP, the RIFF size of a
-    WebP. Pixels are not decoded.
+
+def find_bad_files(name: str, split: str, skip_files=(), max_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS) -> list:
+    """(path, problem) of every file of a folder dataset's `split` that the pipeline cannot use now (headers and a
+    full decode), less `skip_files`: what made the pipeline fail mid-run (a file changed after the check, or one
+    checked by its header only)."""
+    if not name.startswith("folder:"):
+        return []
+    paths = [path for path in _folder_listing(name[len("folder:"):], split).paths if path not in skip_files]
+    problems = {path: problem for path in paths for problem, _ in [_inspect(path, max_pixels)] if problem}
+    problems.update(undecodable([path for path in paths if path not in problems]))
+    return [(path, problems[path]) for path in paths if path in problems]
+
+
+def undecodable(paths) -> dict:
+    """{path: TensorFlow's reason} for the files that the pipeline's decoder (`tf.io.decode_image`, 3 channels,
+    first frame) rejects: one parallel tf.data pass over `paths`, then a second decode of the failures alone to
+    get their messages."""
+    if not paths:
+        return {}
+    encoded = np.array([os.fsencode(path) for path in paths], dtype=object)
+    ds = tf.data.Dataset.from_tensor_slices((np.arange(len(paths), dtype=np.int64), encoded))
+    ds = ds.map(lambda index, path: (index, tf.shape(_decode_file(path))), deterministic=False,
+                num_parallel_calls=max(1, min(8, os.cpu_count() or 1)))  # a bounded number of images in memory
+    decoded = np.zeros(len(paths), bool)
+    for indices, _ in ds.ignore_errors().batch(1024).as_numpy_iterator():
+        decoded[indices] = True
+    failures = {}
+    for index in np.flatnonzero(~decoded):
+        try:
+            _decode_file(tf.constant(encoded[index]))
+        except tf.errors.OpError as error:
+            failures[paths[index]] = f"cannot be decoded: {tf_reason(error)}"
+    return failures
+
+
+def tf_reason(error) -> str:
+    """The first line of a TensorFlow error without its `{{function_node ...}}` prefix and `[Op:...]` suffix."""
+    text = re.sub(r"\{\{function_node [^}]*\}\}\s*", "", str(getattr(error, "message", error))).strip()
+    text = re.sub(r"\s*\[Op:\w+\]( name: ?\S*)?$", "", text.splitlines()[0] if text else "")
+    return re.sub(r"\s*\[\[\{\{node [^]]*\]\]$", "", text)[:200] or type(error).__name__
+
+
+def shown_path(path) -> str:
+    """A path (str or bytes) as text for a message: bytes that are not UTF-8 shown escaped (`caf\\xe9.png`)."""
+    raw = path if isinstance(path, bytes) else os.fsencode(path)
+    return raw.decode("utf-8", "backslashreplace")
+
+
+def image_problem(path: str, max_pixels: int | None = None) -> str | None:
+    """Why the pipeline could not use the file at `path` (None: it looks usable), from its header and tail.
+
+    Checks the magic bytes, a non-zero width and height, the number of pixels against `max_pixels` (None: no
+    limit; a GIF's are its screen size times its frames, all of which `tf.io.decode_image` decodes), and
+    truncation: the end marker near the end of a JPEG or PNG, a GIF's blocks up to its trailer, the exact size
+    TensorFlow requires of a BMP, the RIFF size of a WebP (an animated WebP is refused: TensorFlow decodes it
+    only as RGBA). Pixels are not decoded (`undecodable` does).
     """
+    return _inspect(path, max_pixels)[0]
+
+
+PIXEL_LIMIT_NOTE = "over the pixel limit"
+
+
+def _inspect(path, max_pixels):
+    """(problem or None, format) of the file at `path`; the header checks of `image_problem`."""
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
@@ -127,41 +220,79 @@ def image_problem(path: str) -> str | None:
             f.seek(max(0, size - 4096))
             tail = f.read()
             if not head:
-                return "empty file"
+                return "empty file", None
             if head.startswith(b"\xff\xd8\xff"):
-                return _jpeg_problem(f, tail)
-            if head.startswith(b"\x89PNG\r\n\x1a\n"):
-                return _png_problem(head, tail)
-            if head[:6] in (b"GIF87a", b"GIF89a"):
-                return _gif_problem(head, tail)
-            if head.startswith(b"BM"):
-                return _bmp_problem(head, size)
-            if head.startswith(b"RIFF") and head[8:12] == b"WEBP":
-                riff_size = struct.unpack("<I", head[4:8])[0] + 8
-                return None if size >= riff_size else f"truncated WebP ({size} of {riff_size} bytes)"
-            return f"not a JPEG, PNG, GIF, BMP or WebP image (starts with {head[:8]!r})"
+                kind, found = "JPEG", _jpeg_size(f, tail)
+            elif head.startswith(b"\x89PNG\r\n\x1a\n"):
+                kind, found = "PNG", _png_size(head, tail)
+            elif head[:6] in (b"GIF87a", b"GIF89a"):
+                f.seek(0)
+                kind, found = "GIF", _gif_size(head, f.read())
+            elif head.startswith(b"BM"):
+                kind, found = "BMP", _bmp_size(head, size)
+            elif head.startswith(b"RIFF") and head[8:12] == b"WEBP":
+                kind, found = "WebP", _webp_size(head, size)
+            else:
+                return f"not a JPEG, PNG, GIF, BMP or WebP image (starts with {head[:8]!r})", None
     except OSError as error:
-        return f"unreadable: {error.strerror or error}"
+        return f"unreadable: {error.strerror or error}", None
+    if isinstance(found, str):
+        return found, kind
+    width, height, frames = found
+    pixels = width * height * frames
+    if max_pixels and pixels > max_pixels:
+        of = f" x {frames} frames" if frames > 1 else ""
+        return (f"{kind} of {width}x{height}{of} = {pixels:,} pixels, {PIXEL_LIMIT_NOTE} of {max_pixels:,} "
+                f"(--max_image_pixels)"), kind
+    return None, kind
 
 
-def _png_problem(head, tail):
+def _png_size(head, tail):
     if len(head) < 24 or head[12:16] != b"IHDR" or 0 in struct.unpack(">II", head[16:24]):
         return "PNG without a valid IHDR size"
     end = tail.rfind(b"IEND")
     if end < 0 or len(tail) - end < 8:  # chunk type, then its 4-byte CRC
         return "truncated PNG (no IEND chunk at the end)"
-    return None
+    width, height = struct.unpack(">II", head[16:24])
+    return width, height, 1
 
 
-def _gif_problem(head, tail):
-    if len(head) < 10 or 0 in struct.unpack("<HH", head[6:10]):
+def _gif_size(head, blob):
+    """(width, height, frames) of a GIF, walking its blocks to the trailer; a problem string if it cannot."""
+    if len(head) < 13 or 0 in struct.unpack("<HH", head[6:10]):
         return "GIF without a valid screen size"
-    if b";" not in tail[-16:]:
-        return "truncated GIF (no trailer at the end)"
-    return None
+    width, height = struct.unpack("<HH", head[6:10])
+    flags, position, frames = blob[10], 13, 0
+    if flags & 0x80:  # global colour table
+        position += 3 * (2 << (flags & 7))
+
+    def skip_sub_blocks(position):
+        while position < len(blob):
+            length = blob[position]
+            position += 1 + length
+            if length == 0:
+                return position
+        return None
+
+    while position is not None and position < len(blob):
+        block = blob[position]
+        if block == 0x3B:  # trailer
+            return (width, height, frames) if frames else "GIF without an image"
+        if block == 0x21:  # extension: label, then sub-blocks
+            position = skip_sub_blocks(position + 2)
+        elif block == 0x2C:  # image descriptor (10 bytes), local colour table, LZW code size, sub-blocks
+            if position + 10 > len(blob):
+                break
+            local = blob[position + 9]
+            position += 10 + (3 * (2 << (local & 7)) if local & 0x80 else 0) + 1
+            position = skip_sub_blocks(position)
+            frames += 1
+        else:
+            return f"corrupt GIF (an unknown block 0x{block:02x} at byte {position})"
+    return "truncated GIF (no trailer after its last block)"
 
 
-def _bmp_problem(head, size):
+def _bmp_size(head, size):
     if len(head) < 30:
         return "truncated BMP header"
     offset = struct.unpack("<I", head[10:14])[0]
@@ -173,11 +304,32 @@ def _bmp_problem(head, size):
     expected = offset + (bits * width + 31) // 32 * 4 * abs(height)
     if size != expected:  # TensorFlow's own check: header + rows, no more, no less
         return f"BMP of {size} bytes where its header says {expected}"
-    return None
+    return width, abs(height), 1
 
 
-def _jpeg_problem(f, tail):
-    position = 2
+def _webp_size(head, size):
+    riff_size = struct.unpack("<I", head[4:8])[0] + 8
+    if size < riff_size:
+        return f"truncated WebP ({size} of {riff_size} bytes)"
+    chunk, data = head[12:16], head[20:]
+    if chunk == b"VP8 " and len(data) >= 10 and data[3:6] == b"\x9d\x01\x2a":
+        width, height = (v & 0x3FFF for v in struct.unpack("<HH", data[6:10]))
+    elif chunk == b"VP8L" and len(data) >= 5 and data[0] == 0x2F:
+        bits = int.from_bytes(data[1:5], "little")
+        width, height = (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1
+    elif chunk == b"VP8X" and len(data) >= 10:
+        if data[0] & 0x02:
+            return "animated WebP (TensorFlow decodes animated WebP only as RGBA, not to RGB)"
+        width, height = int.from_bytes(data[4:7], "little") + 1, int.from_bytes(data[7:10], "little") + 1
+    else:
+        return "WebP without a valid VP8, VP8L or VP8X header"
+    if not width or not height:
+        return "WebP without a valid size"
+    return width, height, 1
+
+
+def _jpeg_size(f, tail):
+    position, size = 2, None
     for _ in range(10_000):  # segment by segment to the frame header (SOFn) that holds the size
         f.seek(position)
         segment = f.read(9)
@@ -195,6 +347,8 @@ def _jpeg_problem(f, tail):
         if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
             if len(segment) < 9 or 0 in struct.unpack(">HH", segment[5:9]):
                 return "JPEG without a valid size"
+            height, width = struct.unpack(">HH", segment[5:9])
+            size = width, height, 1
             break
         length = struct.unpack(">H", segment[2:4])[0]
         if length < 2:
@@ -204,7 +358,7 @@ def _jpeg_problem(f, tail):
         return "JPEG without a frame header"
     if b"\xff\xd9" not in tail:
         return "truncated JPEG (no end-of-image marker at the end)"
-    return None
+    return size
 
 
 def default_splits(name: str, data_dir: str | None = None) -> tuple[str, str]:
@@ -218,10 +372,11 @@ def default_splits(name: str, data_dir: str | None = None) -> tuple[str, str]:
             if os.path.isdir(os.path.join(root, split)):
                 return "train", split
         beside = sorted(set(os.listdir(root)) - {"train"})
-        found = f"found only {_listing(beside)}" if beside else "it holds nothing else"
+        found = f"found only {_listing(shown_path(b) for b in beside)}" if beside else "it holds nothing else"
         raise DatasetNotFoundError(
-            f"No evaluation split in image folder {root!r}: expected {_EVAL_LAYOUT.format(root=root)} next to "
-            f"{os.path.join(root, 'train')}/, but beside train/ {found}. Move some images of each class there "
+            f"No evaluation split in image folder {root!r}: expected {_EVAL_LAYOUT.format(root=shown_path(root))} next "
+            f"to {shown_path(os.path.join(root, 'train'))}/, but beside train/ {found}. Move some images of each class "
+            f"there "
             f"(or name the evaluation folder test, val or validation). Received: dataset={name!r}"
         )
     splits = _tfds_builder(name, data_dir).info.splits
@@ -486,7 +641,8 @@ def _check_folder_layout(root: str) -> None:
             images directly in `root`: the message names them and says where to move them.
     """
     name = f"folder:{root}"
-    expected = f"{_TRAIN_LAYOUT.format(root=root)} and {_EVAL_LAYOUT.format(root=root)}"
+    shown = shown_path(root)
+    expected = f"{_TRAIN_LAYOUT.format(root=shown)} and {_EVAL_LAYOUT.format(root=shown)}"
     if not os.path.exists(root):
         raise DatasetNotFoundError(
             f"Image folder {root!r} does not exist: check the path after 'folder:' (expected {expected}). "
@@ -504,8 +660,9 @@ def _check_folder_layout(root: str) -> None:
     if class_folders:
         raise InvalidDatasetError(
             f"Image folder {root!r} has no train/ folder: expected {expected}, but found {len(class_folders)} "
-            f"folder(s) holding images directly: {_listing(class_folders)}. Move them under "
-            f"{os.path.join(root, 'train')}/ and put a test split beside it ({root}/test/<label>/<image>, the "
+            f"folder(s) holding images directly: {_listing(shown_path(f) for f in class_folders)}. Move them under "
+            f"{shown_path(os.path.join(root, 'train'))}/ and put a test split beside it "
+            f"({shown}/test/<label>/<image>, the "
             f"same labels). Received: dataset={name!r}"
         )
     if _holds_images(root):
@@ -513,40 +670,130 @@ def _check_folder_layout(root: str) -> None:
             f"Image folder {root!r} holds images directly and no train/ folder: expected {expected} (one folder "
             f"per class). Received: dataset={name!r}"
         )
-    found = f"found {_listing(entries)}" if entries else "it is empty"
+    found = f"found {_listing(shown_path(e) for e in entries)}" if entries else "it is empty"
     raise DatasetNotFoundError(
         f"Image folder {root!r} has no train/ folder: expected {expected}, but {found}. "
         f"Received: dataset={name!r}"
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class FolderListing:
+    """The files of one split of a folder dataset: image paths and labels, and the entries left out."""
+
+    class_names: tuple
+    paths: list
+    labels: list
+    ignored: list  # (path, why): not regular files, other extensions
+
+
 def _folder_files(root: str, split: str) -> tuple[tuple[str, ...], list, list]:
     """(class names from `train`, image paths of `split`, their labels), in sorted order."""
+    listing = _folder_listing(root, split)
+    return listing.class_names, listing.paths, listing.labels
+
+
+def _folder_listing(root: str, split: str) -> FolderListing:
+    """The image files of `split` (regular files with an image extension, sorted), their labels (class folders
+    of `train`, sorted) and the entries left out with why."""
     train_dir = os.path.join(root, "train")
     split_dir = os.path.join(root, split)
     _check_folder_layout(root)
     if not os.path.isdir(split_dir):
         beside = sorted(e for e in os.listdir(root) if os.path.isdir(os.path.join(root, e)))
         raise DatasetNotFoundError(
-            f"Image folder {root!r} has no split {split!r}: expected {root}/{split}/<label>/<image>; the splits "
-            f"there are {_listing(beside)}. Received: dataset='folder:{root}', split={split!r}"
+            f"Image folder {root!r} has no split {split!r}: expected {shown_path(root)}/{split}/<label>/<image>; "
+            f"the splits there are {_listing(shown_path(b) for b in beside)}. "
+            f"Received: dataset='folder:{shown_path(root)}', "
+            f"split={split!r}"
         )
     class_names = tuple(sorted(d for d in os.listdir(train_dir) if os.path.isdir(os.path.join(train_dir, d))))
     if not class_names:
-        raise DatasetNotFoundError(f"No class folders in {train_dir!r}. Received: dataset='folder:{root}'")
-    paths, labels = [], []
+        raise DatasetNotFoundError(f"No class folders in {train_dir!r}. Received: dataset='folder:{shown_path(root)}'")
+    _check_class_names(root, class_names)
+    paths, labels, ignored = [], [], []
     for label, class_name in enumerate(class_names):
         class_dir = os.path.join(split_dir, class_name)
         if not os.path.isdir(class_dir):
             continue
-        for file_name in sorted(os.listdir(class_dir)):
-            if file_name.lower().endswith(IMAGE_EXTENSIONS):
-                paths.append(os.path.join(class_dir, file_name))
-                labels.append(label)
+        with os.scandir(class_dir) as entries:
+            entries = sorted(entries, key=lambda e: e.name)
+        for entry in entries:
+            if not entry.name.lower().endswith(IMAGE_EXTENSIONS):
+                if not entry.name.startswith("."):  # hidden files (.DS_Store) are left out silently
+                    ignored.append((entry.path, None))
+                continue
+            kind = _not_regular(entry)
+            if kind:
+                ignored.append((entry.path, kind))
+                continue
+            paths.append(entry.path)
+            labels.append(label)
     unknown = sorted({d for d in os.listdir(split_dir) if os.path.isdir(os.path.join(split_dir, d))} - set(class_names))
     if unknown:
         raise ValueError(f"Split {split!r} has labels that 'train' lacks. Received: {unknown}")
-    return class_names, paths, labels
+    return FolderListing(class_names, paths, labels, ignored)
+
+
+def _not_regular(entry) -> str | None:
+    """What a directory entry named like an image is when it is not a regular file (None: it is one)."""
+    try:
+        mode = os.stat(entry.path).st_mode  # follows a symbolic link to its target
+    except OSError as error:
+        return "a broken symbolic link" if entry.is_symlink() else f"unreadable: {error.strerror or error}"
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISFIFO(mode):
+        return "a named pipe (FIFO)"
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device file"
+    return "not a regular file"
+
+
+def _ignored_warnings(name, ignored) -> list[str]:
+    """`warning: ...` lines for the entries of a folder dataset left out (`FolderListing.ignored`)."""
+    lines = []
+    odd = [(path, kind) for path, kind in ignored if kind]
+    if odd:
+        shown = "; ".join(f"{shown_path(path)} ({kind})" for path, kind in odd[:5])
+        more = f" and {len(odd) - 5} more" if len(odd) > 5 else ""
+        lines.append(f"warning: left out {_count(len(odd), 'entry', 'entries')} of {shown_path(name)} named like "
+                     f"images that are not regular files (they could not be read as images, and a FIFO would "
+                     f"block): {shown}{more}")
+    other = [path for path, kind in ignored if not kind]
+    if other:
+        counts = {}
+        for path in other:
+            extension = os.path.splitext(path)[1].lower() or "(no extension)"
+            counts[extension] = counts.get(extension, 0) + 1
+        by_extension = ", ".join(f"{shown_path(e)}: {n}" for e, n in sorted(counts.items(), key=lambda x: -x[1]))
+        lines.append(f"warning: left out {_count(len(other), 'file')} of {shown_path(name)} that are not images by "
+                     f"their extension ({by_extension}), e.g. {shown_path(other[0])}; the loader reads "
+                     f"{', '.join(IMAGE_EXTENSIONS)} (convert other formats to one of them)")
+    return lines
+
+
+def _count(n, one, many=None) -> str:
+    return f"{n} {one if n == 1 else many or one + 's'}"
+
+
+def _check_class_names(root, class_names) -> None:
+    """Refuses class folder names that are not UTF-8 text: they become the model's labels."""
+    for class_name in class_names:
+        try:
+            class_name.encode("utf-8")
+        except UnicodeEncodeError:
+            path = shown_path(os.path.join(root, "train", class_name))
+            raise InvalidDatasetError(
+                f"The class folder {path} has a name that is not UTF-8 text (shown with its bytes escaped): class "
+                f"names become the model's labels (model.labels.txt, the exported model's labels), which are "
+                f"text. Rename it in every split (e.g. to {shown_path(class_name)!r} without the escaped bytes). "
+                f"Received: dataset='folder:{shown_path(root)}'"
+            ) from None
 
 
 def _check_class_folders(root: str, class_names, skip_files) -> None:
@@ -555,15 +802,16 @@ def _check_class_folders(root: str, class_names, skip_files) -> None:
     for class_name in class_names:
         class_dir = os.path.join(root, "train", class_name)
         with os.scandir(class_dir) as entries:
-            if not any(e.name.lower().endswith(IMAGE_EXTENSIONS) and e.path not in skip_files for e in entries):
-                empty.append(class_dir)
+            if not any(e.name.lower().endswith(IMAGE_EXTENSIONS) and e.path not in skip_files and not _not_regular(e)
+                       for e in entries):
+                empty.append(shown_path(class_dir))
     if empty:
         skipped = " (after skipping the bad images)" if skip_files else ""
         raise InvalidDatasetError(
             f"{len(empty)} class folder(s) of {os.path.join(root, 'train')!r} hold no images{skipped}: "
             f"{', '.join(empty[:5])}{' ...' if len(empty) > 5 else ''}. Each would be a class of the head that is "
             f"never trained: add images ({', '.join(IMAGE_EXTENSIONS)}) to it or delete the folder. "
-            f"Received: dataset='folder:{root}'"
+            f"Received: dataset='folder:{shown_path(root)}'"
         )
 
 
@@ -575,7 +823,9 @@ def _folder_source(root: str, split: str, skip_files: frozenset = frozenset()) -
         paths, labels = [paths[i] for i in kept], [labels[i] for i in kept]
     if not paths:
         raise DatasetNotFoundError(f"No images ({', '.join(IMAGE_EXTENSIONS)}) under {os.path.join(root, split)!r}.")
-    elements = tf.data.Dataset.from_tensor_slices((paths, np.asarray(labels, np.int32)))
+    # The file system's bytes, not text: a file name that is not UTF-8 is read as it is.
+    encoded = np.array([os.fsencode(path) for path in paths], dtype=object)
+    elements = tf.data.Dataset.from_tensor_slices((encoded, np.asarray(labels, np.int32)))
     return Source(elements, _decode_file, len(paths), len(class_names), class_names)
 
 

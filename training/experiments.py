@@ -24,7 +24,9 @@ accuracies, FLOPs, wall time; the attention distances; the reading), `data_size.
 `attention_distance.png`, and `index.html` with the figures, a table and a paragraph read off the numbers.
 
 Data come from the training app (`training.data`): `digits` (embedded), `folder:PATH` or a prepared
-tensorflow-datasets name, with the app's augmentation; the recipe is the app's (`training.config`, the one
+tensorflow-datasets name, with the app's augmentation and, for a folder, the app's check of its images before
+anything trains (headers, `--max_image_pixels`, a full decode: a bad file is named, or left out with
+`--skip_bad_images`); the recipe is the app's (`training.config`, the one
 `python -m training.train` would choose for the dataset) and its optimizer (`training.optim`), under
 `--strategy` (`training.distribute`). Each run trains with `model.fit`: the app's loop (`training.loop`)
 builds one model from a config, reads whole named splits, and writes a workdir with checkpoints and an
@@ -37,7 +39,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import time
 
@@ -45,35 +46,11 @@ import numpy as np
 from absl import flags
 
 from keras_vit import cli
-from training.model import TINY_BIT  # no Keras import: the module imports it when it builds
+from training.experiments_models import MODELS, PATCH, STUDIES
 
-STUDIES = ("data_size", "compute", "attention_distance")
 FRACTIONS = (0.05, 0.1, 0.25, 0.5, 1.0)
 HEADLINE_SHOTS = 5  # the few-shot accuracy of the figures (paper Figure 4: linear 5-shot)
 EVAL_BATCH_SIZE = 256  # images per forward pass of the evaluations (accuracy, few-shot features)
-PATCH = 4  # patch size of the mini ViTs and stride of the hybrid's stem: image sizes are multiples of it
-
-
-@dataclasses.dataclass(frozen=True)
-class ModelSpec:
-    """A model of the studies: `family` "vit" (`keras_vit.ViT`, a hybrid with `hybrid`) or "bit" (`keras_vit.BiT`)."""
-
-    label: str
-    family: str
-    arguments: dict
-
-
-MODELS = {
-    "vit_small": ModelSpec("ViT-S/4", "vit", dict(patch_size=PATCH, hidden_size=32, num_layers=2, num_heads=2,
-                                                  mlp_dim=64)),
-    "vit_base": ModelSpec("ViT-B/4", "vit", dict(patch_size=PATCH, hidden_size=64, num_layers=4, num_heads=4,
-                                                 mlp_dim=128)),  # the training app's "tiny" demo model
-    "bit": ModelSpec("BiT-R11", "bit", dict(TINY_BIT)),  # the training app's --model=bit_tiny
-    "hybrid": ModelSpec("R5+ViT-S/4", "vit", dict(patch_size=PATCH, hidden_size=32, num_layers=2, num_heads=2,
-                                                  mlp_dim=64, hybrid=dict(block_units=(1,), width=16, groups=8))),
-}
-"""The miniature models: two ViT sizes, a BiT ResNet v2 (1 root conv + 3 units x 3 convs + head: 11 layers) and
-the hybrid (ViT-S over a one-unit ResNet v1 stem of stride 4, so that its patch grid equals the ViTs')."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,6 +73,8 @@ class Setup:
     strategy: str = "auto"
     attention_images: int = 64
     jit_compile: bool = True
+    skip_bad_images: bool = False
+    max_image_pixels: int | None = None  # None: the app's default (training.data.DEFAULT_MAX_IMAGE_PIXELS); 0: none
 
     def __post_init__(self):
         check_setup(self)
@@ -167,6 +146,21 @@ def _splits(setup: Setup):
 
     default_train, default_eval = data.default_splits(setup.dataset, setup.data_dir)
     return setup.train_split or default_train, setup.eval_split or default_eval
+
+
+def check_images(setup: Setup, train_split: str, eval_split: str, log=print) -> frozenset:
+    """The training app's check of a folder dataset's images before anything trains (`training.data.check_images`:
+    headers, the pixel limit, a full decode of both splits): the bad files to skip with `skip_bad_images`, else
+    `training.data.InvalidDatasetError` naming them."""
+    from training import data
+
+    limit = data.DEFAULT_MAX_IMAGE_PIXELS if setup.max_image_pixels is None else setup.max_image_pixels
+    skip = data.check_images(setup.dataset, (train_split, eval_split), skip=setup.skip_bad_images,
+                             max_pixels=limit or None, log=log)
+    if skip:
+        log(f"skipping {len(skip)} image file(s) of {data.shown_path(setup.dataset)} that cannot be used "
+            f"(--skip_bad_images), e.g. {data.shown_path(min(skip))}")
+    return skip
 
 
 def split_labels(source) -> np.ndarray:
@@ -326,13 +320,16 @@ def train_runs(setup: Setup, studies=STUDIES, log=print) -> dict:
     cfg = recipe(setup)
     strategy = distribute.make_strategy(setup.strategy)
     train_split, eval_split = _splits(setup)
-    source = data.dataset_source(setup.dataset, train_split, setup.data_dir)
+    skip = check_images(setup, train_split, eval_split, log)
+    source = data.dataset_source(setup.dataset, train_split, setup.data_dir, skip_files=skip)
     labels = split_labels(source)
     subsets = nested_subsets(labels, setup.fractions, setup.subset_seed)
     batch = setup.global_batch_size
     eval_batch = max(batch, EVAL_BATCH_SIZE)
-    eval_ds, num_classes = data.make_dataset(setup.dataset, eval_split, setup.data_dir, setup.image_size, eval_batch)
-    pool_ds, _ = data.make_dataset(setup.dataset, train_split, setup.data_dir, setup.image_size, eval_batch)
+    eval_ds, num_classes = data.make_dataset(setup.dataset, eval_split, setup.data_dir, setup.image_size, eval_batch,
+                                             skip_files=skip)
+    pool_ds, _ = data.make_dataset(setup.dataset, train_split, setup.data_dir, setup.image_size, eval_batch,
+                                   skip_files=skip)
     attention_images = np.concatenate([images.numpy() for images, _ in eval_ds])[: setup.attention_images]
     plan = planned_runs(setup, studies)
     total_steps = len(plan) * setup.steps
@@ -410,52 +407,6 @@ def progress_flops(forward_flops: float, images_seen: int) -> float:
     return TRAIN_FORWARD_MULTIPLE * forward_flops * images_seen
 
 
-def aggregate(runs, key="accuracy") -> dict:
-    """{(model, fraction): (mean, std over seeds, number of seeds)} of a run field."""
-    groups = {}
-    for run in runs:
-        groups.setdefault((run["model"], run["fraction"]), []).append(run[key])
-    return {k: (float(np.mean(v)), float(np.std(v)), len(v)) for k, v in groups.items()}
-
-
-def data_size(results: dict) -> dict:
-    """The data-size study from the runs: per model, the subset sizes and mean/std accuracies over seeds."""
-    runs = results["runs"]
-    accuracy, shots = aggregate(runs, "accuracy"), aggregate(runs, "fewshot_accuracy")
-    sizes = {r["fraction"]: r["train_examples"] for r in runs}
-    study = {}
-    for model in dict.fromkeys(r["model"] for r in runs):
-        fractions = sorted(f for m, f in accuracy if m == model)
-        study[model] = dict(
-            label=MODELS[model].label, fractions=fractions, train_examples=[sizes[f] for f in fractions],
-            accuracy=[accuracy[model, f][:2] for f in fractions], fewshot=[shots[model, f][:2] for f in fractions],
-            seeds=[accuracy[model, f][2] for f in fractions],
-        )
-    return study
-
-
-def compute(results: dict) -> dict:
-    """The compute study: per model, its training FLOPs and mean/std accuracies of the full-data runs."""
-    runs = [r for r in results["runs"] if r["fraction"] == max(r2["fraction"] for r2 in results["runs"])]
-    study = {}
-    for model in dict.fromkeys(r["model"] for r in runs):
-        mine = [r for r in runs if r["model"] == model]
-        study[model] = dict(
-            label=MODELS[model].label, family=MODELS[model].family, train_flops=mine[0]["train_flops"],
-            forward_flops=mine[0]["forward_flops"], parameters=mine[0]["parameters"],
-            accuracy=(float(np.mean([r["accuracy"] for r in mine])), float(np.std([r["accuracy"] for r in mine]))),
-            fewshot=(float(np.mean([r["fewshot_accuracy"] for r in mine])),
-                     float(np.std([r["fewshot_accuracy"] for r in mine]))),
-            seeds=len(mine),
-        )
-    return study
-
-
-def attention_distance(results: dict) -> dict:
-    """The attention-distance study: {model: (layers, heads) mean attention distances in pixels}."""
-    return {model: np.asarray(d) for model, d in results.get("attention_distance", {}).items()}
-
-
 def run_studies(setup: Setup, out: str, studies=STUDIES, log=print) -> dict:
     """Trains the runs the `studies` need and writes results.json, the figures and index.html into `out`."""
     from training import experiments_report
@@ -506,6 +457,11 @@ flags.DEFINE_integer("attention_images", Setup.attention_images, "Test images of
 flags.DEFINE_enum("strategy", "auto", ["auto", "one_device", "mirrored", "multi_worker", "tpu"],
                   "tf.distribute strategy (training.distribute).", flag_values=FLAGS)
 flags.DEFINE_bool("jit_compile", True, "XLA-compile the training step.", flag_values=FLAGS)
+flags.DEFINE_bool("skip_bad_images", False, "Leave out the files of a folder dataset that cannot be used (found by "
+                  "the training app's check of both splits before anything trains) instead of stopping.",
+                  flag_values=FLAGS)
+flags.DEFINE_integer("max_image_pixels", None, "Largest image of a folder dataset in pixels, as in "
+                     "python -m training.train (default 40,000,000; 0: no limit).", lower_bound=0, flag_values=FLAGS)
 cli.define_verbose(FLAGS)
 
 
@@ -523,7 +479,7 @@ def setup_from_flags(fv=FLAGS) -> Setup:
                  image_size=fv.image_size, models=tuple(fv.models), fractions=tuple(sorted(fractions)),
                  seeds=fv.seeds, steps=fv.steps, global_batch_size=fv.global_batch_size, shots=shots,
                  subset_seed=fv.subset_seed, strategy=fv.strategy, attention_images=fv.attention_images,
-                 jit_compile=fv.jit_compile)
+                 jit_compile=fv.jit_compile, skip_bad_images=fv.skip_bad_images, max_image_pixels=fv.max_image_pixels)
 
 
 def _check(fv, argv):

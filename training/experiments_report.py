@@ -14,7 +14,12 @@ import os
 
 import numpy as np
 
-from training import experiments
+from keras_vit import extras
+from training.experiments_models import MODELS, STUDIES
+
+# Imported with this module, before `training.experiments.run_studies` trains anything: a missing matplotlib
+# stops the run at once, not after its runs.
+matplotlib = extras.require("matplotlib", "inspect", "drawing the figures of training.experiments")
 
 FIGURES = {"data_size": "data_size.png", "compute": "compute.png", "attention_distance": "attention_distance.png"}
 _STYLE = {"vit": dict(marker="o", linestyle="-"), "bit": dict(marker="s", linestyle="--"),
@@ -24,11 +29,11 @@ _COLOURS = {"vit_small": "#9ecae1", "vit_base": "#3182bd", "bit": "#636363", "hy
 
 def outputs(studies) -> list[str]:
     """The files `write` writes for `studies`."""
-    return ["results.json"] + [FIGURES[s] for s in experiments.STUDIES if s in studies] + ["index.html"]
+    return ["results.json"] + [FIGURES[s] for s in STUDIES if s in studies] + ["index.html"]
 
 
 def _kind(model):
-    spec = experiments.MODELS[model]
+    spec = MODELS[model]
     return "hybrid" if spec.arguments.get("hybrid") else spec.family
 
 
@@ -37,8 +42,6 @@ def _style(model):
 
 
 def _pyplot():
-    import matplotlib
-
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -48,7 +51,7 @@ def _pyplot():
 def plot_data_size(results, path):
     """Figures 3-4 in miniature: test and linear few-shot accuracy [%] against training images (log)."""
     plt = _pyplot()
-    study = experiments.data_size(results)
+    study = data_size(results)
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     shots = results["fewshot_shots"]
     for model, row in study.items():
@@ -72,7 +75,7 @@ def plot_data_size(results, path):
 def plot_compute(results, path):
     """Figure 5 in miniature: accuracy of the full-data runs against training FLOPs (log)."""
     plt = _pyplot()
-    study = experiments.compute(results)
+    study = compute(results)
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     shots = results["fewshot_shots"]
     for axis, key in zip(axes, ("accuracy", "fewshot")):
@@ -99,7 +102,7 @@ def plot_compute(results, path):
 def plot_attention_distance(results, path):
     """Figure 7 (right) in miniature: one panel per model, one dot per head, distance against depth."""
     plt = _pyplot()
-    distances = experiments.attention_distance(results)
+    distances = attention_distance(results)
     models = list(distances)
     fig, axes = plt.subplots(1, max(1, len(models)), figsize=(4 * max(1, len(models)), 3.6), squeeze=False)
     image_size = results["setup"]["image_size"]
@@ -111,7 +114,7 @@ def plot_attention_distance(results, path):
         axis.scatter(depth, d.ravel(), c=np.tile(np.arange(heads), layers), cmap="tab10", vmin=0, vmax=9, s=24)
         axis.axhline(results["uniform_attention_distance"], color="black", linestyle="--", linewidth=1,
                      label="uniform attention")
-        axis.set_title(experiments.MODELS[model].label, fontsize=10)
+        axis.set_title(MODELS[model].label, fontsize=10)
         axis.set_xlabel("Network depth (layer)")
         axis.set_xticks(range(1, layers + 1))
         axis.set_ylim(0, 1.1 * top)
@@ -152,7 +155,7 @@ def _lead(a, b):
 def reading(results) -> str:
     """One paragraph read off the numbers: who leads at the smallest and the full training set, the trend,
     the compute trade-off, the attention distances, and what this scale can and cannot show."""
-    study = experiments.data_size(results)
+    study = data_size(results)
     sentences = []
     vits = [m for m in study if _kind(m) == "vit"]
     full_fraction = max(f for row in study.values() for f in row["fractions"])
@@ -190,7 +193,7 @@ def reading(results) -> str:
         text_full, _, _ = _lead(study["hybrid"]["accuracy"][-1], study["vit_small"]["accuracy"][-1])
         sentences.append(f"The hybrid is {text} of the plain ViT-S in test accuracy at the smallest subset and "
                          f"{text_full} on the full split")
-    comp = experiments.compute(results)
+    comp = compute(results)
     if len(comp) > 1:
         order = sorted(comp, key=lambda m: comp[m]["train_flops"])
         best = max(comp, key=lambda m: comp[m]["accuracy"][0])
@@ -206,11 +209,11 @@ def reading(results) -> str:
             ratio = comp["hybrid"]["train_flops"] / comp["vit_small"]["train_flops"]
             text += f"; the hybrid's stem costs {ratio:.2g}x ViT-S's compute and puts it {gain}"
         sentences.append(text)
-    distances = experiments.attention_distance(results)
+    distances = attention_distance(results)
     if distances:
         parts = []
         for model, d in distances.items():
-            parts.append(f"{experiments.MODELS[model].label} {d[0].min():.1f}-{d[0].max():.1f} px in layer 1 "
+            parts.append(f"{MODELS[model].label} {d[0].min():.1f}-{d[0].max():.1f} px in layer 1 "
                          f"(mean {d[0].mean():.1f}) and {d[-1].mean():.1f} px on average in its last layer")
         sentences.append("Mean attention distances (uniform attention: "
                          f"{results['uniform_attention_distance']:.1f} px): " + "; ".join(parts))
@@ -223,7 +226,7 @@ def reading(results) -> str:
                 verdict = "more locally than", ", as in Figure 7"
             else:
                 verdict = "less locally than", ", unlike Figure 7"
-            sentences.append(f"the hybrid's first layer attends {verdict[0]} {experiments.MODELS[plain].label}'s "
+            sentences.append(f"the hybrid's first layer attends {verdict[0]} {MODELS[plain].label}'s "
                              f"({abs(gap):.1f} px apart on average){verdict[1]}")
     n = results["dataset"]["train_examples"]
     sentences.append(
@@ -240,9 +243,9 @@ def reading(results) -> str:
 
 def table_rows(results) -> list[dict]:
     """One row per (model, fraction): mean and std over seeds of the scores, FLOPs and wall time."""
-    accuracy = experiments.aggregate(results["runs"], "accuracy")
-    fewshot = experiments.aggregate(results["runs"], "fewshot_accuracy")
-    wall = experiments.aggregate(results["runs"], "wall_time_s")
+    accuracy = aggregate(results["runs"], "accuracy")
+    fewshot = aggregate(results["runs"], "fewshot_accuracy")
+    wall = aggregate(results["runs"], "wall_time_s")
     rows = []
     for (model, fraction), (mean, std, seeds) in accuracy.items():
         run = next(r for r in results["runs"] if r["model"] == model and r["fraction"] == fraction)
@@ -276,7 +279,7 @@ def write_html(results, path, studies):
             f"{r['parameters']:,}", r["train_flops"], r["wall_time_s"])) + "</tr>"
         for r in table_rows(results))
     figures = "\n".join(f'<h2>{html.escape(s.replace("_", " "))}</h2><img src="{FIGURES[s]}" alt="{s}">'
-                        for s in experiments.STUDIES if s in studies)
+                        for s in STUDIES if s in studies)
     setup = results["setup"]
     text = f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>keras_vit: the paper's experiments in miniature</title>
@@ -300,15 +303,64 @@ recipe {html.escape(results['recipe']['recipe'])}; {len(results['runs'])} runs i
     return path
 
 
-def write(results, out, studies=experiments.STUDIES) -> list[str]:
+def write(results, out, studies=STUDIES) -> list[str]:
     """Writes results.json, the figures of `studies` and index.html into `out`; returns the paths."""
     os.makedirs(out, exist_ok=True)
     paths = [os.path.join(out, "results.json")]
     with open(paths[0], "w") as f:
         json.dump(results, f, indent=2)
     plots = {"data_size": plot_data_size, "compute": plot_compute, "attention_distance": plot_attention_distance}
-    for study in experiments.STUDIES:
+    for study in STUDIES:
         if study in studies:
             paths.append(plots[study](results, os.path.join(out, FIGURES[study])))
     paths.append(write_html(results, os.path.join(out, "index.html"), studies))
     return paths
+
+
+# ------------------------------------------------------------------ the studies, summarised from the runs
+
+
+def aggregate(runs, key="accuracy") -> dict:
+    """{(model, fraction): (mean, std over seeds, number of seeds)} of a run field."""
+    groups = {}
+    for run in runs:
+        groups.setdefault((run["model"], run["fraction"]), []).append(run[key])
+    return {k: (float(np.mean(v)), float(np.std(v)), len(v)) for k, v in groups.items()}
+
+
+def data_size(results: dict) -> dict:
+    """The data-size study from the runs: per model, the subset sizes and mean/std accuracies over seeds."""
+    runs = results["runs"]
+    accuracy, shots = aggregate(runs, "accuracy"), aggregate(runs, "fewshot_accuracy")
+    sizes = {r["fraction"]: r["train_examples"] for r in runs}
+    study = {}
+    for model in dict.fromkeys(r["model"] for r in runs):
+        fractions = sorted(f for m, f in accuracy if m == model)
+        study[model] = dict(
+            label=MODELS[model].label, fractions=fractions, train_examples=[sizes[f] for f in fractions],
+            accuracy=[accuracy[model, f][:2] for f in fractions], fewshot=[shots[model, f][:2] for f in fractions],
+            seeds=[accuracy[model, f][2] for f in fractions],
+        )
+    return study
+
+
+def compute(results: dict) -> dict:
+    """The compute study: per model, its training FLOPs and mean/std accuracies of the full-data runs."""
+    runs = [r for r in results["runs"] if r["fraction"] == max(r2["fraction"] for r2 in results["runs"])]
+    study = {}
+    for model in dict.fromkeys(r["model"] for r in runs):
+        mine = [r for r in runs if r["model"] == model]
+        study[model] = dict(
+            label=MODELS[model].label, family=MODELS[model].family, train_flops=mine[0]["train_flops"],
+            forward_flops=mine[0]["forward_flops"], parameters=mine[0]["parameters"],
+            accuracy=(float(np.mean([r["accuracy"] for r in mine])), float(np.std([r["accuracy"] for r in mine]))),
+            fewshot=(float(np.mean([r["fewshot_accuracy"] for r in mine])),
+                     float(np.std([r["fewshot_accuracy"] for r in mine]))),
+            seeds=len(mine),
+        )
+    return study
+
+
+def attention_distance(results: dict) -> dict:
+    """The attention-distance study: {model: (layers, heads) mean attention distances in pixels}."""
+    return {model: np.asarray(d) for model, d in results.get("attention_distance", {}).items()}

@@ -10,7 +10,9 @@ bias is almost unregularised), 3 seeds, shots 1, 5, 10, 25.
     python -m training.fewshot --model=workdir/model.keras --dataset=digits --shots=1,5,10,25
     python -m training.fewshot --model=vit_b16 --weights=w.weights.h5 --dataset=cifar100 --data_dir=DIR
 
-Datasets come from `training.data`: `digits` (embedded), `folder:PATH` and prepared tensorflow-datasets names.
+Datasets come from `training.data`: `digits` (embedded), `folder:PATH` and prepared tensorflow-datasets names;
+a folder's images are checked first as the training app checks them (a bad file is named, or left out with
+`--skip_bad_images`).
 With a variant name `--weights` is required (`--weights=none` for random weights, whose few-shot accuracy
 means nothing); a `.keras` model has its own. The flags are spelled as `training.train`'s: `--eval_split` and
 `--global_batch_size` (`--test_split` and `--batch_size` are their old names here).
@@ -21,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 from absl import flags
 
-from keras_vit import cli
+from keras_vit import cli, variants
 
 L2_REG = 2.0**10
 BIAS_FEATURE = 100.0
@@ -163,7 +165,7 @@ def load_representation_model(model, weights=None, image_size=None, classifier=N
     if model.endswith(".keras") or str(weights).endswith(".keras"):
         built = cli.build_model(model, weights, **kwargs)
     else:
-        pooling = "avg" if classifier == "gap" or cli.bit_name(model) else "token"  # a BiT ResNet: mean features
+        pooling = "avg" if classifier == "gap" or variants.bit_name(model) else "token"  # a BiT ResNet: mean features
         built = cli.build_model(model, weights, image_size=image_size, pooling=pooling, **kwargs)
     return representation_model(built)
 
@@ -190,11 +192,15 @@ flags.DEFINE_enum("classifier", None, ["token", "gap"], "For a variant name: tok
 cli.define_image_size(FLAGS)
 flags.DEFINE_string("dataset", "digits", "digits (embedded), folder:PATH (ImageFolder) or a tensorflow-datasets "
                     "name.", flag_values=FLAGS)
-flags.DEFINE_string("data_dir", None, "tensorflow-datasets data directory.", flag_values=FLAGS)
+flags.DEFINE_string("data_dir", None, "tensorflow-datasets data directory (default: tensorflow-datasets' own, "
+                    "~/tensorflow_datasets).", flag_values=FLAGS)
 flags.DEFINE_string("train_split", None, "Split the shots are drawn from (default: train).", flag_values=FLAGS)
 flags.DEFINE_string("eval_split", None, "Split the accuracy is measured on (default: the dataset's test or "
                     "validation split).", flag_values=FLAGS)
 flags.DEFINE_list("shots", [str(k) for k in SHOTS], "Comma-separated shots per class.", flag_values=FLAGS)
+flags.DEFINE_bool("skip_bad_images", False, "Leave out the files of a folder dataset that cannot be used (the "
+                  "training app's check of both splits: headers, the pixel limit, a full decode) instead of "
+                  "stopping.", flag_values=FLAGS)
 flags.DEFINE_integer("seeds", 3, "Random draws per shot count.", lower_bound=1, flag_values=FLAGS)
 flags.DEFINE_float("l2_reg", L2_REG, "Regularisation of the least-squares classifier.", lower_bound=0.0,
                    flag_values=FLAGS)
@@ -231,11 +237,15 @@ def run(argv):
     image_size = model.input_shape[1]
     default_train, default_test = data.default_splits(FLAGS.dataset, FLAGS.data_dir)
     splits = {"train": FLAGS.train_split or default_train, "test": FLAGS.eval_split or default_test}
+    skip = data.check_images(FLAGS.dataset, tuple(splits.values()), skip=FLAGS.skip_bad_images, log=print)
+    if skip:
+        print(f"skipping {len(skip)} image file(s) that cannot be used (--skip_bad_images), e.g. "
+              f"{data.shown_path(min(skip))}")
     arrays = {}
     for role, split in splits.items():
         cli.progress(f"computing the representations of {FLAGS.dataset} {split} ...")
         dataset, _ = data.make_dataset(FLAGS.dataset, split, FLAGS.data_dir, image_size=image_size,
-                                       batch_size=FLAGS.global_batch_size)
+                                       batch_size=FLAGS.global_batch_size, skip_files=skip)
         arrays[role] = representations(model, dataset)
     (train_x, train_y), (test_x, test_y) = arrays["train"], arrays["test"]
     num_classes = int(max(train_y.max(), test_y.max())) + 1

@@ -18,16 +18,25 @@ Robustness:
       checkpoint files are all unreadable is refused unless `overwrite_checkpoints` (they are deleted, training
       starts at step 0). Leftover `ckpt-N_temp/` folders of interrupted saves are removed at start.
     * Every step also checks that all weights and optimizer variables are finite after its update (one
-      reduction, returned with the loss), so a checkpoint on disk is never NaN. A non-finite loss or state at
-      step N stops the run (`TrainingDiverged`, exit status 1 in `training.train`); ckpt-(N-1), whose step
-      produced it, is renamed `diverged-ckpt-(N-1)` so that it is not resumed from, and the message names the
-      last good checkpoint (N-2 or older: a finite loss and a finite update followed it) and the way out:
-      rerun with a lower `--learning_rate` and `--resume_with_changes`, which lets the optimisation fields
-      (`training.config.OPTIMISATION_FIELDS`) differ on resume and records each change in `config.json` under
-      `"resumed_with_changes"`. Fields that change the model, the data or the numerics still refuse the workdir.
-    * An unwritable workdir, a config that does not match the workdir's and unreadable checkpoints raise
-      `WorkdirError`; a folder dataset's undecodable images are found before training (`data.check_images`)
-      and refused, or skipped with `skip_bad_images`.
+      reduction, returned with the loss), so a checkpoint on disk is never NaN. The loss of the step after each
+      checkpoint is recorded (`checkpoints/losses.json`): a checkpoint is good when it was finite and at most
+      `SANE_LOSS_FACTOR` times the larger of ln(classes) and the run's first loss (an exploding run is finite,
+      with losses of 1e10, a step or a few before it overflows). The rotation keeps the newest
+      `keep_checkpoints` and the last good one. A non-finite loss or state at step N stops the run
+      (`TrainingDiverged`, exit status 1 in `training.train`); every checkpoint after the last good one is
+      renamed `diverged-ckpt-K` so that it is not resumed from, and the message names the last good checkpoint
+      and the way out: rerun with a lower `--learning_rate` and `--resume_with_changes`, which lets the
+      optimisation fields (`training.config.OPTIMISATION_FIELDS`) differ on resume and records each change in
+      `config.json` under `"resumed_with_changes"`. Fields that change the model, the data or the numerics
+      still refuse the workdir.
+    * One run per workdir: an exclusive `flock` on `WORKDIR/.lock` (`training.workdir_lock`) from before the
+      config check to the end of the run; a second run is refused (`WorkdirError`, naming the holder).
+    * An unwritable workdir, one another run holds, a config that does not match the workdir's and unreadable
+      checkpoints raise `WorkdirError`; a folder dataset's unusable images are found before training
+      (`data.check_images`: headers, a pixel limit, a full decode) and refused, or skipped with
+      `skip_bad_images`. An image that fails in the pipeline later (changed since, or checked by its header
+      only) is found by decoding the split again: skipped (the pipeline rebuilt from the same step) or named
+      after the state reached is saved; a final evaluation that fails so still writes the model and metrics.
 
 Outputs (in `cfg.workdir`, written by the chief): `config.json`, `checkpoints/`, `tensorboard/`,
 `metrics.json`, `model.keras` (with its class names in `model.labels.txt`, which `python -m keras_vit.export`
@@ -36,6 +45,7 @@ reads), `export/1/` (the TF Serving SavedModel, unless `--export=false`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -49,7 +59,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
-from training import augment, data, distribute, optim, progress
+from training import augment, data, distribute, optim, progress, workdir_lock
 from training.config import OPTIMISATION_FIELDS, Config, resolved_classifier
 from training.model import build_model
 from training.optim import make_optimizer
@@ -64,6 +74,10 @@ HISTORY_KEY = "resumed_with_changes"  # in config.json: [{"step": N, "changed": 
 
 
 EVAL_PROGRESS_FROM = 50  # evaluations of at least this many batches print progress
+# A checkpoint is good when the loss of the step after it was finite and at most this many times the larger of
+# ln(classes) and the run's first loss (`_Run._sane`); the record is WORKDIR/checkpoints/LOSSES_FILE.
+SANE_LOSS_FACTOR = 10.0
+LOSSES_FILE = "losses.json"
 
 
 def _resolved(values: dict) -> dict:
@@ -81,7 +95,8 @@ class WorkdirError(ValueError):
 
 
 def run(cfg: Config, strategy: tf.distribute.Strategy | None = None, *, resume_with_changes: bool = False,
-        overwrite_checkpoints: bool = False, skip_bad_images: bool = False) -> dict:
+        overwrite_checkpoints: bool = False, skip_bad_images: bool = False,
+        max_image_pixels: int | None = data.DEFAULT_MAX_IMAGE_PIXELS, image_check: str = "decode") -> dict:
     """Trains, evaluates and exports as `cfg` says; returns the metrics written to `metrics.json`.
 
     Args:
@@ -91,28 +106,35 @@ def run(cfg: Config, strategy: tf.distribute.Strategy | None = None, *, resume_w
             (the change is recorded there).
         overwrite_checkpoints: delete the workdir's checkpoint files and start at step 0 when none of them
             can be restored (else `WorkdirError`).
-        skip_bad_images: leave out the files of a folder dataset that cannot be decoded (else an error).
+        skip_bad_images: leave out the files of a folder dataset that cannot be used (else an error).
+        max_image_pixels: a folder dataset's images with more pixels are bad (None or 0: no limit).
+        image_check: `"decode"` (headers and a full decode of every image of a folder dataset before training)
+            or `"headers"` (headers only; an image that then fails to decode is named when the pipeline hits it).
 
     Raises:
         TrainingDiverged: on a non-finite loss, weight or optimizer variable.
-        WorkdirError: for an unwritable workdir, one holding a run with a different config, or checkpoint
-            files none of which can be restored.
-        data.InvalidDatasetError: for undecodable images or an empty class folder of a folder dataset.
+        WorkdirError: for an unwritable workdir, one another run holds (its lock), one holding a run with a
+            different config, or checkpoint files none of which can be restored.
+        data.InvalidDatasetError: for unusable images or an empty class folder of a folder dataset (also when
+            an image fails to decode during training or the final evaluation: the state reached is saved first).
         ValueError: for a config that does not fit the data or the strategy.
     """
     previous_policy = keras.config.dtype_policy()
     try:
         if cfg.mixed_precision != "none":
             keras.config.set_dtype_policy(f"mixed_{cfg.mixed_precision}")
-        return _Run(cfg, strategy, resume_with_changes, overwrite_checkpoints, skip_bad_images).train_and_evaluate()
+        with contextlib.ExitStack() as cleanup:  # releases the workdir lock however the run ends
+            images = dict(skip=skip_bad_images, max_pixels=max_image_pixels, check=image_check)
+            return _Run(cfg, strategy, resume_with_changes, overwrite_checkpoints, images, cleanup).train_and_evaluate()
     finally:
         keras.config.set_dtype_policy(previous_policy)
 
 
 class _Run:
-    def __init__(self, cfg: Config, strategy, resume_with_changes=False, overwrite_checkpoints=False,
-                 skip_bad_images=False):
+    def __init__(self, cfg: Config, strategy, resume_with_changes=False, overwrite_checkpoints=False, images=None,
+                 cleanup=None):
         self.cfg = cfg
+        self.images = dict(dict(skip=False, max_pixels=data.DEFAULT_MAX_IMAGE_PIXELS, check="decode"), **(images or {}))
         keras.utils.set_random_seed(cfg.seed)
         self.strategy = strategy or distribute.make_strategy(cfg.strategy, cfg.tpu)
         self.chief = distribute.is_chief(self.strategy)
@@ -123,15 +145,18 @@ class _Run:
                 f"Received: global_batch_size={cfg.global_batch_size}"
             )
         self._prepare_workdir()
+        self._lock_workdir(cleanup)
         config_changes = self._check_config(resume_with_changes)
         default_train, default_eval = data.default_splits(cfg.dataset, cfg.data_dir)
         self.train_split = cfg.train_split or default_train
         self.eval_split = cfg.eval_split or default_eval
         # Both splits before anything trains: a bad eval image would otherwise stop the run after training.
-        self.skip_files = data.check_images(cfg.dataset, (self.train_split, self.eval_split), skip=skip_bad_images)
+        self.skip_files = data.check_images(
+            cfg.dataset, (self.train_split, self.eval_split), skip=self.images["skip"],
+            max_pixels=self.images["max_pixels"], decode=self.images["check"] == "decode", log=self._print)
         if self.skip_files:
-            self._print(f"skipping {len(self.skip_files)} image file(s) of {cfg.dataset} that cannot be decoded "
-                        f"(--skip_bad_images), e.g. {min(self.skip_files)}")
+            self._print(f"skipping {len(self.skip_files)} image file(s) of {data.shown_path(cfg.dataset)} that cannot "
+                        f"be used (--skip_bad_images), e.g. {data.shown_path(min(self.skip_files))}")
         train_source = data.dataset_source(cfg.dataset, self.train_split, cfg.data_dir, cfg.download,
                                            self.skip_files)
         self.num_classes = train_source.num_classes
@@ -146,8 +171,9 @@ class _Run:
         self.checkpoint_dir = os.path.join(cfg.workdir, "checkpoints")
         self._restore(overwrite_checkpoints)
         self._write_config(config_changes)
-        own_dir = self.checkpoint_dir if self.chief else self._worker_dir("checkpoints")
-        self.manager = tf.train.CheckpointManager(self.checkpoint, own_dir, max_to_keep=cfg.keep_checkpoints)
+        # Where this task saves (a worker: its own folder); rotated by `_save`, which keeps the last good one.
+        self.own_checkpoint_dir = self.checkpoint_dir if self.chief else self._worker_dir("checkpoints")
+        tf.io.gfile.makedirs(self.own_checkpoint_dir)
         if self.chief:
             self.writers = {k: tf.summary.create_file_writer(os.path.join(cfg.workdir, "tensorboard", k))
                             for k in ("train", "eval")}
@@ -176,6 +202,34 @@ class _Run:
                 f"Cannot write to --workdir={workdir!r}: {reason}. Pass a --workdir that is (or can be created "
                 f"as) a writable directory."
             ) from error
+
+    def _lock_workdir(self, cleanup):
+        """Takes `WORKDIR/.lock` (a worker: its own folder's) until the run ends; refuses a workdir another run holds.
+
+        Two runs in one workdir would pass the config check together and write into the same checkpoints.
+        """
+        own = self.cfg.workdir if self.chief else self._worker_dir()
+        if not workdir_lock.is_lockable(own):  # gs:// and other remote paths: flock cannot lock them
+            return
+        path = os.path.join(own, workdir_lock.LOCK_NAME)
+        lock = workdir_lock.WorkdirLock(path)
+        try:
+            stale = lock.acquire()
+        except workdir_lock.WorkdirLocked as holder:
+            raise WorkdirError(
+                f"--workdir={self.cfg.workdir!r} is in use by another run: {holder} holds {data.shown_path(path)}. "
+                f"Two runs in one workdir would write into the same checkpoints: wait for that run to end (or stop "
+                f"it), or use another --workdir."
+            ) from None
+        except OSError as error:
+            raise WorkdirError(f"Cannot lock --workdir={self.cfg.workdir!r}: {data.shown_path(path)}: "
+                               f"{error.strerror or error}. Pass a --workdir on a local or NFS file system.") from error
+        if cleanup is not None:
+            cleanup.callback(lock.release)
+        if stale:
+            self._print(f"note: {data.shown_path(path)} named a run that ended without releasing it (crashed or "
+                        f"killed): {workdir_lock.describe(stale)}; no process holds it now, so this run took it over "
+                        f"(a stale lock) and resumes from the checkpoints as usual")
 
     def _build_state(self):
         with self.strategy.scope():
@@ -242,6 +296,8 @@ class _Run:
     def _restore(self, overwrite):
         """Restores the newest checkpoint that can be read and is finite, falling back to older ones."""
         directory = self.checkpoint_dir
+        self._losses = _read_losses(directory)
+        self._awaiting_loss = None  # the checkpoint whose next step's loss is still to be recorded
         if self.chief:
             self._remove_temp_dirs()
         found = _checkpoints_on_disk(directory)
@@ -250,6 +306,7 @@ class _Run:
             problem = self._try_restore(prefix)
             if problem is None:
                 self._print(f"resumed from {prefix} at step {int(self.step.numpy())}")
+                self._awaiting_loss = int(self.step.numpy())
                 if self.chief:  # the manager then counts and rotates only the checkpoints up to this one
                     _write_checkpoint_state(directory, [p for n, p in reversed(found) if n <= number])
                 return
@@ -259,6 +316,7 @@ class _Run:
         leftovers = [os.path.join(directory, n) for n in _listdir(directory)
                      if n.startswith("ckpt-") and not n.endswith("_temp")]
         state_file = os.path.join(directory, "checkpoint")
+        self._losses = {"first_loss": None, "after": {}}  # step 0: the record of earlier checkpoints is void
         if not leftovers:  # a fresh start; a state file left alone would name checkpoints that are gone
             if self.chief and tf.io.gfile.exists(state_file):
                 tf.io.gfile.remove(state_file)
@@ -303,37 +361,115 @@ class _Run:
         """Whether every float variable of the model and the optimizer is finite (copied here: no collective)."""
         return all(np.isfinite(np.asarray(v.numpy())).all() for v in self.float_variables)
 
+    def _save(self, step):
+        """Writes ckpt-`step` (model, optimizer, step) and rotates: the newest `keep_checkpoints` up to `step`
+        stay, and so does the last good one (`_last_good`), however old; newer ones (a damaged checkpoint of an
+        earlier run that was not resumed from) are left alone until a save of their step replaces them."""
+        directory = self.own_checkpoint_dir
+        prefix = os.path.join(directory, f"ckpt-{step}")
+        self.checkpoint.save_counter.assign_add(1)  # as tf.train.CheckpointManager.save: every checkpoint holds it
+        self.checkpoint.write(prefix)
+        self._awaiting_loss = step
+        if self._losses["after"].pop(step, None) is not None:  # a record of an earlier ckpt-`step`: void now
+            self._write_losses()
+        ours = [(n, p) for n, p in _checkpoints_on_disk(directory) if n <= step]  # newest first
+        kept = ours[: self.cfg.keep_checkpoints]
+        good = self._last_good(ours) if self.chief else None
+        if good is not None and good not in kept:
+            kept.append(good)
+        for number, old in ours:
+            if (number, old) not in kept:
+                name = os.path.basename(old)
+                for file_name in _listdir(directory):
+                    if file_name.startswith(name + "."):
+                        tf.io.gfile.remove(os.path.join(directory, file_name))
+        _write_checkpoint_state(directory, [p for _, p in sorted(kept)])
+        return prefix
+
+    def _record_loss(self, step, loss):
+        """Records the first loss of the run and the loss of the step after each checkpoint: a checkpoint is good
+        when that loss was finite and sane (`_sane`), the test of a state a run can continue from."""
+        changed = False
+        if step == 1:
+            self._losses["first_loss"], changed = loss, True
+        if self._awaiting_loss == step - 1:
+            self._losses["after"][step - 1], self._awaiting_loss, changed = loss, None, True
+        if changed:
+            self._write_losses()
+
+    def _write_losses(self):
+        if self.chief:
+            after = {str(k): v for k, v in sorted(self._losses["after"].items())}
+            _write_atomically(os.path.join(self.checkpoint_dir, LOSSES_FILE),
+                              json.dumps({"first_loss": self._losses["first_loss"], "after": after}, indent=1))
+
+    def _loss_limit(self) -> float:
+        """The largest loss of a sane step: `SANE_LOSS_FACTOR` times the larger of ln(classes) (the loss of a
+        uniform guess) and the run's first loss."""
+        first = self._losses["first_loss"]
+        scale = max(math.log(max(self.num_classes, 2)), first if first is not None and math.isfinite(first) else 0.0)
+        return SANE_LOSS_FACTOR * scale
+
+    def _sane(self, loss) -> bool:
+        return loss is not None and math.isfinite(loss) and loss <= self._loss_limit()
+
+    def _last_good(self, checkpoints):
+        """The newest of `checkpoints` ((number, prefix), newest first) whose next step had a sane loss."""
+        return next(((n, p) for n, p in checkpoints if self._sane(self._losses["after"].get(n))), None)
+
     def _diverged(self, step, loss) -> TrainingDiverged:
-        """The error for a non-finite loss or state at `step`; moves the checkpoint of step - 1 aside (chief).
+        """The error for a non-finite loss or state at `step`; moves the checkpoints after the last good one aside.
 
         The loss of step N is computed from the state saved as ckpt-(N-1), before the update, and the state is
-        checked after every update: ckpt-(step-1) produced the non-finite value, so the last good checkpoint
-        is the newest at step - 2 or before (each of those had a finite loss and a finite update after it).
+        checked after every update: ckpt-(step-1) produced the non-finite value. A checkpoint is good when the
+        loss of the step after it was recorded finite and sane (`_record_loss`, `_sane`): finite weights alone
+        are not enough, an exploded state is finite a few steps before it overflows. A checkpoint without a
+        record (saved by a run killed before its next step) counts as good at step - 2 or before (a finite
+        loss and a finite update followed it). The newer ones are renamed `diverged-ckpt-N` (chief), so that a
+        rerun with `--resume_with_changes` resumes from the last good one.
         """
         if math.isfinite(loss):
             what = f"The weights or optimizer state became non-finite at step {step} (the loss was {loss:.4g})"
         else:
             what = f"Loss became {loss} at step {step}"
-        found = _checkpoints_on_disk(self.checkpoint_dir)
+        directory = self.checkpoint_dir
+        found = [(n, p) for n, p in _checkpoints_on_disk(directory) if n <= step - 1]  # newest first
+        after = self._losses["after"]
+
+        def good(number):
+            if number == step - 1:
+                return False
+            return self._sane(after[number]) if number in after else number <= step - 2
+
+        last_good = next(((n, p) for n, p in found if good(n)), None)
+        aside = [(n, p) for n, p in found if last_good is None or n > last_good[0]]
         moved = ""
-        for number, prefix in found:
-            if number == step - 1:  # ckpt-N.index, ckpt-N.data-* -> diverged-ckpt-N.*: no longer resumed from
+        if aside:
+            reasons = []
+            for number, prefix in aside:  # ckpt-N.index, ckpt-N.data-* -> diverged-ckpt-N.*: no longer resumed from
                 name = os.path.basename(prefix)
-                aside = os.path.join(self.checkpoint_dir, "diverged-" + name)
-                for file_name in _listdir(self.checkpoint_dir) if self.chief else ():
+                for file_name in _listdir(directory) if self.chief else ():
                     if file_name.startswith(name + "."):
-                        tf.io.gfile.rename(os.path.join(self.checkpoint_dir, file_name),
-                                           aside + file_name[len(name):], overwrite=True)
-                moved = f" {prefix}, whose next step diverged, was moved aside to {aside}."
-        good = [(number, prefix) for number, prefix in found if number <= step - 2]
-        if self.chief and moved:
-            if good:
-                _write_checkpoint_state(self.checkpoint_dir, [prefix for _, prefix in reversed(good)])
-            elif tf.io.gfile.exists(os.path.join(self.checkpoint_dir, "checkpoint")):
-                tf.io.gfile.remove(os.path.join(self.checkpoint_dir, "checkpoint"))
-        if good:
-            where = f"The last good checkpoint is {good[0][1]} (step {good[0][0]}, all finite)."
-            then = f"to continue from {good[0][1]}"
+                        tf.io.gfile.rename(os.path.join(directory, file_name),
+                                           os.path.join(directory, "diverged-" + file_name), overwrite=True)
+                next_loss = loss if number == step - 1 else after.get(number)
+                reasons.append(f"{name} (next loss {next_loss:.3g})" if next_loss is not None else name)
+            moved = (f" {_count(len(aside), 'checkpoint')} after the last good one, whose next steps' losses were not "
+                     f"finite or over {SANE_LOSS_FACTOR:g}x the loss of a uniform guess or the first step "
+                     f"(above {self._loss_limit():.3g}), moved aside to diverged-ckpt-N in {directory}: "
+                     f"{', '.join(reversed(reasons))}.")
+            if self.chief:
+                kept = [p for n, p in reversed(found) if last_good is not None and n <= last_good[0]]
+                if kept:
+                    _write_checkpoint_state(directory, kept)
+                elif tf.io.gfile.exists(os.path.join(directory, "checkpoint")):
+                    tf.io.gfile.remove(os.path.join(directory, "checkpoint"))
+        if last_good is not None:
+            number, prefix = last_good
+            why = (f"the loss of the step after it was {after[number]:.4g}" if number in after
+                   else "all finite, a finite step after it")
+            where = f"The last good checkpoint is {prefix} (step {number}: {why})."
+            then = f"to continue from {prefix}"
         else:
             where, then = "There is no last good checkpoint to resume from.", "to train again from step 0"
         return TrainingDiverged(
@@ -419,8 +555,11 @@ class _Run:
         @tf.function
         def train_step(iterator):  # [loss, replicas whose state is not finite], one reduction
             images, labels = next(iterator)
-            loss_and_bad = self.strategy.run(replica_step, args=(images, labels))
-            self.step.assign_add(1)
+            # No update before the batch is there (the optimizer's and the step's counters would not wait for it):
+            # a batch that fails to load (a bad file, `_checked_step`) leaves the state of the previous step.
+            with tf.control_dependencies(tf.nest.flatten((images, labels), expand_composites=True)):
+                loss_and_bad = self.strategy.run(replica_step, args=(images, labels))
+                self.step.assign_add(1)
             return self.strategy.reduce(tf.distribute.ReduceOp.SUM, loss_and_bad, axis=None)
 
         return train_step
@@ -481,9 +620,13 @@ class _Run:
         if images_per_sec is None and tf.io.gfile.exists(metrics_path):
             with tf.io.gfile.GFile(metrics_path) as f:
                 images_per_sec = json.loads(f.read()).get("train_images_per_sec")
-        eval_metrics = self.evaluate()
-        metrics = dict(eval_metrics, train_images_per_sec=images_per_sec, steps=int(self.step.numpy()),
+        trained = dict(train_images_per_sec=images_per_sec, steps=int(self.step.numpy()),
                        total_steps=self.total_steps, dataset=cfg.dataset, model=self.model.name)
+        try:
+            eval_metrics = self._checked_evaluate(None)
+        except data.InvalidDatasetError as failure:  # keep what training made: the model, its metrics
+            self._keep_after_failed_evaluation(trained, metrics_path, failure)
+        metrics = dict(eval_metrics, **trained)
         with self.writers["eval"].as_default():
             for key in ("eval_loss", "eval_accuracy"):
                 _scalar(key, metrics[key], step=metrics["steps"])
@@ -502,22 +645,25 @@ class _Run:
     def _train(self, start) -> float | None:
         cfg = self.cfg
         train_step = self._make_train_step()
-        iterator = iter(self._train_dataset(start))
+        iterator = _Batches(self._train_dataset, start)  # rebuilt without a file that fails (--skip_bad_images)
         every = cfg.log_every or progress.log_cadence(self.total_steps)
         shown = progress.Progress(self.total_steps, every, start=start, items_per_step=cfg.global_batch_size,
                                   enabled=self.chief)
+        self._print("compiling the training step (the first step takes a while on CPU) ...")
         timed_from, timed_steps, window_start, window_step = None, 0, time.perf_counter(), start
         for step in range(start + 1, self.total_steps + 1):
-            loss, bad = (float(x) for x in train_step(iterator))
+            loss, bad = (float(x) for x in self._checked_step(train_step, iterator, step))
             if not math.isfinite(loss) or bad:
                 raise self._diverged(step, loss)
+            self._record_loss(step, loss)
             now = time.perf_counter()
             if timed_from is None:
                 timed_from = now  # the first step includes tracing; throughput counts the rest
+                self._print(f"compiled the training step: the first step took {now - window_start:.1f} s")
             else:
                 timed_steps += 1
             if step % cfg.checkpoint_every == 0 or step == self.total_steps:
-                self.manager.save(checkpoint_number=step)  # the state was checked finite by this step
+                self._save(step)  # the state was checked finite by this step
             if shown.due(step):
                 rate = cfg.global_batch_size * (step - window_step) / max(now - window_start, 1e-9)
                 window_start, window_step = now, step
@@ -530,7 +676,7 @@ class _Run:
             else:
                 shown.update(step, now=now)
             if cfg.eval_every and step % cfg.eval_every == 0 and step != self.total_steps:
-                metrics = self.evaluate()
+                metrics = self._checked_evaluate(step)
                 with self.writers["eval"].as_default():
                     for key in ("eval_loss", "eval_accuracy"):
                         _scalar(key, metrics[key], step=step)
@@ -541,7 +687,88 @@ class _Run:
         elapsed = time.perf_counter() - timed_from if timed_from is not None else 0.0
         return cfg.global_batch_size * timed_steps / elapsed if timed_steps and elapsed > 0 else None
 
-    def _save_and_export(self, metrics):
+    # --- images that fail during the run ---------------------------------------------------------------
+
+    def _checked_step(self, train_step, batches, step):
+        """`train_step(batches.current)`; when the input pipeline fails on a file: rebuilt without it and run again
+        (--skip_bad_images), else the state reached is saved and the file named (`data.InvalidDatasetError`)."""
+        while True:
+            try:
+                return train_step(batches.current)
+            except _INPUT_ERRORS as error:
+                bad = self._bad_files(error, self.train_split)
+                if not self.images["skip"]:
+                    raise self._bad_files_error(bad, self.train_split, f"at training step {step}", step - 1) from None
+                self._skip(bad, self.train_split)
+                batches.rebuild(step - 1)
+
+    def _checked_evaluate(self, step):
+        """`evaluate()`, with a file that fails to decode skipped (--skip_bad_images) or named (after saving the
+        state of `step` when it is given, the mid-training evaluations)."""
+        while True:
+            try:
+                return self.evaluate()
+            except _INPUT_ERRORS as error:
+                bad = self._bad_files(error, self.eval_split)
+                if not self.images["skip"]:
+                    when = f"evaluating at step {step}" if step is not None else "in the final evaluation"
+                    raise self._bad_files_error(bad, self.eval_split, when, step) from None
+                self._skip(bad, self.eval_split)
+
+    def _bad_files(self, error, split):
+        """The files of `split` that fail now (after `error` from the pipeline); re-raises `error` when none does
+        (not a bad file: a bug, memory, ... to see as it is)."""
+        bad = data.find_bad_files(self.cfg.dataset, split, self.skip_files, self.images["max_pixels"])
+        if not bad:
+            raise error
+        return bad
+
+    def _skip(self, bad, split):
+        self.skip_files = self.skip_files | {path for path, _ in bad}
+        named = "; ".join(f"{data.shown_path(path)} ({problem})" for path, problem in bad[:5])
+        self._print(f"skipping {len(bad)} more image file(s) of {split} that failed in the pipeline "
+                    f"(--skip_bad_images): {named}")
+        if split == self.eval_split:
+            self.num_eval = data.dataset_source(self.cfg.dataset, self.eval_split, self.cfg.data_dir,
+                                                skip_files=self.skip_files).num_examples
+            self._evaluation = None  # rebuilt without them
+        if split == self.train_split:
+            self.num_train = data.dataset_source(self.cfg.dataset, self.train_split, self.cfg.data_dir,
+                                                 skip_files=self.skip_files).num_examples
+
+    def _bad_files_error(self, bad, split, when, save_step):
+        """The error naming the files of `split` that failed `when`, after saving the state of `save_step`."""
+        saved = ""
+        if save_step:
+            prefix = os.path.join(self.checkpoint_dir, f"ckpt-{save_step}")
+            if not tf.io.gfile.exists(prefix + ".index"):
+                self._save(save_step)
+            saved = f" The state of step {save_step} is saved ({prefix}); the rerun resumes from it."
+        check = ("it was checked by its header only (--image_check=headers)" if self.images["check"] != "decode"
+                 else "it passed the check before training, so it changed since")
+        files = "; ".join(f"{data.shown_path(path)} ({problem})" for path, problem in bad[:5])
+        more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
+        return data.InvalidDatasetError(
+            f"{_count(len(bad), 'image file')} of {data.shown_path(self.cfg.dataset)} {split} failed {when} ({check}): "
+            f"{files}{more}.{saved} Delete or replace {'it' if len(bad) == 1 else 'them'} and rerun the same "
+            f"command, or rerun it with --skip_bad_images to leave {'it' if len(bad) == 1 else 'them'} out."
+        )
+
+    def _keep_after_failed_evaluation(self, trained, metrics_path, failure):
+        """Writes what a run whose final evaluation failed has (metrics.json without the evaluation, model.keras,
+        the export; its last checkpoint is on disk) and raises `failure` saying so."""
+        metrics = dict(trained, eval_error=str(failure))
+        if self.chief:
+            with tf.io.gfile.GFile(metrics_path, "w") as f:
+                f.write(json.dumps(metrics, indent=2, sort_keys=True))
+        self._save_and_export(metrics, show_predictions=False)
+        raise data.InvalidDatasetError(
+            f"{failure} Training finished ({trained['steps']} steps): the model "
+            f"({os.path.join(self.cfg.workdir, 'model.keras')}), "
+            f"its checkpoint and metrics.json (without the evaluation) are written; the rerun only evaluates."
+        ) from None
+
+    def _save_and_export(self, metrics, show_predictions=True):
         """Saves a float32 single-device copy (model.keras), exports it, classifies a few eval images."""
         cfg = self.cfg
         model = _float32_copy(self.model)
@@ -561,7 +788,7 @@ class _Run:
             def classify(images):
                 logits = model.predict(data.to_model_range(images), verbose=0)
                 return [self.class_names[i] for i in np.argmax(logits, -1)], _softmax(logits).max(-1)
-        if cfg.show_predictions:
+        if cfg.show_predictions and show_predictions:
             self._show_predictions(classify)
 
     def _export(self, model):
@@ -639,6 +866,40 @@ def _write_checkpoint_state(directory, prefixes):
     _write_atomically(os.path.join(directory, "checkpoint"), "\n".join(lines) + "\n")
 
 
+# What a failing input pipeline raises: a file that does not decode (InvalidArgument), is gone (NotFound), cannot
+# be read (PermissionDenied, DataLoss, Unknown for other I/O errors).
+_INPUT_ERRORS = (tf.errors.InvalidArgumentError, tf.errors.NotFoundError, tf.errors.PermissionDeniedError,
+                 tf.errors.DataLossError, tf.errors.UnknownError)
+
+
+class _Batches:
+    """The training iterator, which `_Run._checked_step` rebuilds from a step (without the files then skipped)."""
+
+    def __init__(self, make_dataset, start):
+        self._make_dataset = make_dataset
+        self.current = iter(make_dataset(start))
+
+    def rebuild(self, start):
+        self.current = iter(self._make_dataset(start))
+
+
+def _read_losses(directory) -> dict:
+    """The loss record of `_Run._record_loss` ({"first_loss": x, "after": {checkpoint number: loss}}), empty
+    when there is none (or it cannot be read: it only refines which checkpoint is good)."""
+    path = os.path.join(directory, LOSSES_FILE)
+    try:
+        with tf.io.gfile.GFile(path) as f:
+            values = json.loads(f.read())
+        return {"first_loss": values.get("first_loss"),
+                "after": {int(k): float(v) for k, v in values.get("after", {}).items()}}
+    except (tf.errors.OpError, OSError, ValueError, AttributeError, TypeError):
+        return {"first_loss": None, "after": {}}
+
+
+def _count(n, one, many=None) -> str:
+    return f"{n} {one if n == 1 else many or one + 's'}"
+
+
 def _write_atomically(path, text):
     """Writes whole, then renames: other workers may be reading `path`."""
     with tf.io.gfile.GFile(path + ".tmp", "w") as f:
@@ -669,17 +930,7 @@ def _softmax(logits):
 
 
 def _float32_copy(model):
-    """The same architecture (from its config, so checkpoint-given numerics carry over) in float32, unreplicated."""
-
-    def to_float32(obj):
-        if isinstance(obj, dict):
-            if obj.get("class_name") == "DTypePolicy":
-                return "float32"
-            return {key: to_float32(value) for key, value in obj.items()}
-        if isinstance(obj, list):
-            return [to_float32(value) for value in obj]
-        return obj
-
-    copy = keras.saving.deserialize_keras_object(to_float32(keras.saving.serialize_keras_object(model)))
+    """The same model (from its config, its constructor's arguments: numerics carry over) in float32, unreplicated."""
+    copy = type(model).from_config({**model.get_config(), "dtype": "float32"})
     copy.set_weights([np.asarray(w, np.float32) for w in model.get_weights()])
     return copy

@@ -14,9 +14,10 @@ Examples:
 
 A killed run resumes when restarted with the same command, from the newest checkpoint that can be read.
 The exit status is 1 when the loss diverges (the message names the last good checkpoint and the flags that
-continue from it: a lower --learning_rate with --resume_with_changes), 2 when the run cannot start (an
-unwritable or mismatched --workdir, unreadable checkpoints, a missing dataset, undecodable images); both
-print one `error: ...` line.
+continue from it: a lower --learning_rate with --resume_with_changes), 2 when the run cannot start or its data
+fail (an unwritable or mismatched --workdir, one another run holds, unreadable checkpoints, a missing
+dataset, unusable images, or an image that fails to decode during the run: the state reached is saved
+first); both print one `error: ...` line.
 """
 
 from __future__ import annotations
@@ -46,22 +47,66 @@ def _config_fields():
     return [(field, types[field.name]) for field in dataclasses.fields(config_lib.Config) if field.metadata.get("help")]
 
 
+# Config values whose meaning `--help` spells out (training.config says it in comments): (field, value) -> text.
+_VALUE_MEANS = {
+    ("classifier", None): "'token', the checkpoint's with --weights",
+    ("data_dir", None): "tensorflow-datasets' own, ~/tensorflow_datasets",
+    ("dataset", None): "none, --dataset is required",
+    ("initialization", None): "'scratch'",
+    ("representation_size", -1): "the hidden size",
+}
+# The fields a recipe chosen from the situation (no --recipe) adapts (training.config.situational_*).
+_SITUATIONAL = ("classifier", "crop", "crop_min_area", "flip")
+
+
+def _value_text(name, value) -> str:
+    if (name, value) in _VALUE_MEANS:
+        return _VALUE_MEANS[name, value]
+    if isinstance(value, tuple):
+        return ",".join(str(v) for v in value)  # as the flag takes it: --randaugment=2,15
+    return "none" if value is None else cli.default_text(value)
+
+
+def _default_help(field) -> str:
+    """The field's help with its default as `--help` shows it: the recipe's value (a flag left out keeps it),
+    one value where every recipe has the same, else each value with its recipes. A help text that already
+    says its default keeps it where every recipe agrees."""
+    text = field.metadata["help"]
+    values = {}  # value text -> recipes, in the order of RECIPES
+    for name, recipe in config_lib.RECIPES.items():
+        values.setdefault(_value_text(field.name, recipe.get(field.name, field.default)), []).append(name)
+    if len(values) == 1 and "default" in text:
+        return text  # it says its default itself
+    if len(values) == 1:
+        default = next(iter(values))
+    else:
+        default = "the recipe's: " + "; ".join(f"{value} ({', '.join(names)})" for value, names in values.items())
+    if field.name in _SITUATIONAL:
+        default += "; a recipe chosen without --recipe adapts it, see --recipe"
+    return f"{text} (default: {default})"
+
+
 def _define_config_flags():
-    """One flag per config field, named, typed and explained by the field; default None: the recipe's value."""
+    """One flag per config field, named, typed and explained by the field; default None: the recipe's value,
+    which the help shows (`_default_help`)."""
     for field, annotation in _config_fields():
         meta = field.metadata
         base = next(t for t in typing.get_args(annotation) or (annotation,) if t is not type(None))
         kind = meta.get("kind") or ("enum" if "enum_values" in meta else _FLAG_KINDS[base])
         bounds = {"lower_bound": meta["lower_bound"]} if "lower_bound" in meta else {}
         if kind == "enum":
-            flags.DEFINE_enum(field.name, None, meta["enum_values"], meta["help"], **bounds)
+            flags.DEFINE_enum(field.name, None, meta["enum_values"], _default_help(field), **bounds)
         else:
-            getattr(flags, f"DEFINE_{kind}")(field.name, None, meta["help"], **bounds)
+            getattr(flags, f"DEFINE_{kind}")(field.name, None, _default_help(field), **bounds)
 
 
 flags.DEFINE_enum("recipe", None, list(config_lib.RECIPES), "Named set of hyperparameters; explicit flags "
                   "override it. Default: chosen from the situation (demo for the embedded digits, finetune with "
-                  "--weights, scratch otherwise) and printed on the first line.")
+                  "--weights, scratch otherwise) and printed on the first line; a chosen recipe also adapts the "
+                  f"augmentation to the image size (up to {config_lib.SMALL_IMAGE} pixels a side: --crop=translate "
+                  "--noflip, above: --crop=inception --flip and --crop_min_area at least 0.25, unless --crop or "
+                  "--flip is given; not for the digits) and, for a ViT under the chosen scratch recipe, the head "
+                  "(--classifier=gap; from --weights of an own run, that run's head).")
 _define_config_flags()
 
 # How to treat an existing workdir and the data (not part of the config).
@@ -73,8 +118,18 @@ flags.DEFINE_bool("overwrite_checkpoints", False, "Delete WORKDIR/checkpoints' f
                   "none of them can be restored (without it such a workdir is refused). Readable checkpoints "
                   "are always resumed from.")
 cli.define_verbose()
-flags.DEFINE_bool("skip_bad_images", False, "Leave out the files of a folder dataset that cannot be decoded "
-                  "(found by a header check of both splits before training) instead of stopping.")
+flags.DEFINE_bool("skip_bad_images", False, "Leave out the files of a folder dataset that cannot be used (found "
+                  "by the check of both splits before training: headers, --max_image_pixels, a full decode; or "
+                  "when one fails later in the pipeline) instead of stopping.")
+flags.DEFINE_integer("max_image_pixels", None, "Largest image of a folder dataset, in pixels (width x height, times "
+                     "the frames of a GIF), checked from the headers before training: a larger one is refused, "
+                     "naming it and its size (or skipped with --skip_bad_images). 0: no limit. Default: "
+                     "40,000,000 (the pipeline holds about 10 bytes per pixel of an image while it decodes and "
+                     "crops it).", lower_bound=0)
+flags.DEFINE_enum("image_check", "decode", ["decode", "headers"], "How a folder dataset's images are checked "
+                  "before training: decode (headers, then every image but a BMP decoded once with TensorFlow, "
+                  "in parallel) or headers (headers only: faster on very large folders; an image that then fails "
+                  "to decode stops the run naming it, after saving the state reached).")
 
 
 def config_from_flags() -> config_lib.Config:
@@ -95,18 +150,21 @@ def main(argv):
         logging.set_verbosity(logging.WARNING)  # TensorFlow's INFO lines would bury the progress
     cfg = config_from_flags()
     from training import augment, data, loop  # imports TensorFlow and Keras only once the flags are valid
+    from training.model import ModelBuildError
 
     try:
         augment.layers_of(cfg.augment_library)
     except augment.MissingLibraryError as error:
         raise cli.UsageError(str(error)) from None
     try:
+        max_pixels = data.DEFAULT_MAX_IMAGE_PIXELS if FLAGS.max_image_pixels is None else FLAGS.max_image_pixels
         loop.run(cfg, resume_with_changes=FLAGS.resume_with_changes, overwrite_checkpoints=FLAGS.overwrite_checkpoints,
-                 skip_bad_images=FLAGS.skip_bad_images)
+                 skip_bad_images=FLAGS.skip_bad_images, max_image_pixels=max_pixels or None,
+                 image_check=FLAGS.image_check)
     except loop.TrainingDiverged as error:
         print(f"error: {error}", file=sys.stderr, flush=True)
         sys.exit(1)
-    except (loop.WorkdirError, data.DatasetNotFoundError, data.InvalidDatasetError) as error:
+    except (loop.WorkdirError, data.DatasetNotFoundError, data.InvalidDatasetError, ModelBuildError) as error:
         print(f"error: {error}", file=sys.stderr, flush=True)
         sys.exit(2)
 

@@ -26,7 +26,8 @@ cli.define_weights(FLAGS, required=True, purpose="the attention maps and distanc
 cli.define_image_size(FLAGS)
 cli.define_classes(FLAGS)
 flags.DEFINE_multi_string("images", None, "An image file (any format PIL reads); repeatable, and more images "
-                          "may follow as positional arguments.", flag_values=FLAGS)
+                          "may follow as positional arguments (default: only those; one image at least).",
+                          flag_values=FLAGS)
 cli.define_out(FLAGS, "The output folder (created if missing).")
 cli.define_verbose(FLAGS)
 
@@ -50,7 +51,9 @@ def load_model(model, weights=None, image_size=None):
 
 def load_images(paths, size):
     """Image files as a float32 array (B, H, W, 3) in [0, 255], resized bilinearly to `size` = (H, W)."""
-    from PIL import Image
+    from keras_vit import extras
+
+    Image = extras.require("PIL.Image", "inspect", "reading the images of keras_vit.inspect")
 
     images = []
     for path in paths:

@@ -1,11 +1,13 @@
 """Matplotlib figures for section 4.5 of the paper, written as PNG files (Agg backend, no display needed).
 
 Each function takes the numpy output of one analysis function and a path, and returns the path.
-matplotlib is an optional dependency: `pip install "keras-vit[inspect]"`.
+matplotlib is an optional dependency: `pip install "keras-vit[inspect]"` (importing this module without it
+raises `keras_vit.extras.MissingExtra` saying so).
 """
 
-import matplotlib
+from keras_vit import extras
 
+matplotlib = extras.require("matplotlib", "inspect", "drawing the figures of keras_vit.inspect")
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
