@@ -157,6 +157,7 @@ DEFAULTS = dict(
     gelu_approximate=True,
     layer_norm_epsilon=1e-6,
     qkv_bias=True,
+    pos_embedding="learned",
 )
 """The one table of `keras_vit.ViT`'s architecture defaults (ViT-B/16 at 224 as the official code): what an
 argument left at None becomes when no checkpoint sets it."""

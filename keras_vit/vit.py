@@ -16,7 +16,7 @@ import keras
 import numpy as np
 
 from keras_vit import initialization as initialization_lib
-from keras_vit import model_config, model_parts, preprocessing, validation, variants, weights_files
+from keras_vit import model_config, model_parts, pos_embed, preprocessing, validation, variants, weights_files
 from keras_vit.layers import Patches, PatchEncoder, TokenPooling, TransformerBlock
 from keras_vit.layers.resnet import ResNetStem
 
@@ -55,6 +55,7 @@ def ViT(
     qkv_bias=None,
     initialization=None,
     rematerialize=True,
+    pos_embedding=None,
 ):
     """Builds a Vision Transformer (Dosovitskiy et al., ICLR 2021, arXiv 2010.11929, section 3.1).
 
@@ -115,6 +116,9 @@ def ViT(
             (smaller patch and attention kernels, a Glorot head: better for training from scratch on small data) or
             `"official"` (the Flax code's, zero head) ["scratch" for `weights=None`; with `weights` the
             checkpoint's values, and a new head for other classes is zero, as the official fine-tuning].
+        pos_embedding: `"learned"` (the paper's 1-D table, resampled for another resolution) or `"sincos2d"`
+            (big_vision's fixed 2-D sin-cos table, no weights; `keras_vit.pos_embed.sincos_2d`). Checkpoints
+            with a learned table load only into `"learned"` [the checkpoint's, else "learned"].
         rematerialize: while training, each block recomputes its MLP hidden layer and attention
             probabilities in the backward pass instead of storing them: the same gradients with less memory
             and some more compute (`TransformerBlock`); False stores them. No effect on inference or loading.
@@ -255,6 +259,10 @@ def _check(a: dict) -> None:
     validation.check_bool("qkv_bias", a["qkv_bias"])
     validation.check_positive_number("layer_norm_epsilon", a["layer_norm_epsilon"])
     validation.check_interpolation(a["pos_embed_interpolation"])
+    validation.check_choice("pos_embedding", a["pos_embedding"], pos_embed.POSITION_EMBEDDINGS)
+    if a["pos_embedding"] == "sincos2d" and a["hidden_size"] % 4:
+        raise ValueError(f"The sincos2d position embedding needs a `hidden_size` divisible by 4. "
+                         f"Received: hidden_size={a['hidden_size']}")
     validation.check_choice("initialization", a["initialization"], (None, *initialization_lib.SCHEMES))
     if a["hidden_size"] % a["num_heads"]:
         raise ValueError(
@@ -275,8 +283,9 @@ def _graph(inputs, a):
     if stem is not None:
         x = ResNetStem(**stem, name=model_parts.RESNET_STEM)(x)
     x = Patches(1 if stem is not None else a.patch_size, name=model_parts.PATCHES)(x)
+    grid = (a.input_shape[0] // a.patch_size, a.input_shape[1] // a.patch_size)
     x = PatchEncoder(a.hidden_size, use_class_token=use_class_token, dropout_rate=a.dropout_rate,
-                     name=model_parts.PATCH_ENCODER)(x)
+                     position_embedding=a.pos_embedding, grid=grid, name=model_parts.PATCH_ENCODER)(x)
     for i in range(a.num_layers):
         x = TransformerBlock(
             a.num_heads,

@@ -37,7 +37,7 @@ def test_augreg_recipe_uses_randaugment_and_mixup():
 # common values (issue 16): a refactor of RECIPES or of the Config fields must keep them all.
 DEFAULTS = dict(
     recipe="demo", recipe_reason=None, model="tiny", patch_size=None, hidden_size=None, num_layers=None,
-    num_heads=None, mlp_dim=None, classifier=None, representation_size=None, qkv_bias=None, initialization=None,
+    num_heads=None, mlp_dim=None, classifier=None, representation_size=None, qkv_bias=None, initialization=None, pos_embedding=None,
     head_bias_init=0.0,
     rematerialize=True, dropout_rate=0.0,
     drop_path_rate=0.0, weights=None, zero_head=False, dataset="digits", data_dir=None, download=False,
@@ -83,12 +83,13 @@ FLAG_TYPES = dict(
     string="model weights dataset data_dir train_split eval_split randaugment tpu workdir",
     int="patch_size hidden_size num_layers num_heads mlp_dim representation_size image_size shuffle_buffer steps "
         "global_batch_size warmup_steps seed checkpoint_every keep_checkpoints log_every eval_every show_predictions",
-    enum="classifier initialization crop augment_library optimizer schedule mixed_precision strategy",
+    enum="classifier initialization pos_embedding crop augment_library optimizer schedule mixed_precision strategy",
     float="head_bias_init dropout_rate drop_path_rate crop_min_area mixup cutmix epochs learning_rate beta_1 beta_2 "
           "momentum weight_decay grad_clip_norm label_smoothing",
     bool="qkv_bias zero_head download flip jit_compile export rematerialize",
 )
-FLAG_CHOICES = dict(classifier=["token", "gap"], initialization=["scratch", "official"], crop=["inception", "translate", "none"],
+FLAG_CHOICES = dict(classifier=["token", "gap"], initialization=["scratch", "official"],
+                    pos_embedding=["learned", "sincos2d"], crop=["inception", "translate", "none"],
                     augment_library=["keras", "keras_cv"], optimizer=["adam", "adamw", "sgd"],
                     schedule=["cosine", "linear", "constant"], mixed_precision=["none", "bfloat16", "float16"],
                     strategy=["auto", "one_device", "mirrored", "multi_worker", "tpu"])

@@ -97,6 +97,9 @@ class Config:
         "kernels and a non-zero head, better from scratch on small data; the default) or official (the Flax code's: the paper's recipes). "
         "A BiT model starts as BiT does.",
         enum_values=["scratch", "official"])
+    pos_embedding: str | None = _field(  # None: the checkpoint's with --weights, else "learned"
+        None, "learned (the paper's 1-D table) or sincos2d (big_vision's fixed 2-D sin-cos table, no weights).",
+        enum_values=["learned", "sincos2d"])
     head_bias_init: float = _field(0.0, "Initial head bias (-10 in the imagenet21k pre-training).")
     rematerialize: bool = _field(True, "Recompute each block's MLP hidden layer and attention probabilities in the "
                                  "backward pass instead of storing them (keras_vit.ViT's rematerialize): the same "
@@ -170,7 +173,8 @@ class Config:
             from keras_vit.variants import get_variant
 
             args = get_variant(self.model).architecture()
-        for key in ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim", "qkv_bias", "initialization"):
+        for key in ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim", "qkv_bias", "initialization",
+                    "pos_embedding"):
             if getattr(self, key) is not None:
                 args[key] = getattr(self, key)
         return args

@@ -20,7 +20,8 @@ TINY_BIT = dict(block_units=(1, 1, 1), width=16, groups=8)
 BIT_MODELS = ("bit_tiny", *variants.BIT_MODELS)
 """The `--model` values that train a BiT ResNet (`keras_vit.BiT`) instead of a ViT."""
 
-VIT_ONLY_FIELDS = ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim", "qkv_bias", "classifier",
+VIT_ONLY_FIELDS = ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim", "qkv_bias", "pos_embedding",
+                   "classifier",
                    "representation_size", "dropout_rate", "drop_path_rate", "rematerialize")
 """Config fields that shape or regularise a ViT only; a BiT model refuses any value but their default."""
 

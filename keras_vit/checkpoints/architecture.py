@@ -64,6 +64,8 @@ class CheckpointArchitecture:
     """The hybrid's ResNet stem as read from the file: dict(block_units=(...), width=...), or None."""
     qkv_bias: bool = True
     """Whether the file holds query/key/value biases (timm and Hugging Face files without them read as zeros)."""
+    pos_embedding: str = "learned"
+    """`"learned"` when the file holds a position embedding, else `"sincos2d"` (a keras_vit model's fixed one)."""
 
     @property
     def num_prefix_tokens(self) -> int:
@@ -82,7 +84,7 @@ class CheckpointArchitecture:
     def model_arguments(self) -> dict:
         """The `keras_vit.ViT` arguments fixed by the checkpoint."""
         args = dict(patch_size=self.stride, hidden_size=self.hidden_size, num_layers=self.num_layers,
-                    num_heads=self.num_heads, mlp_dim=self.mlp_dim)
+                    num_heads=self.num_heads, mlp_dim=self.mlp_dim, pos_embedding=self.pos_embedding)
         if self.hybrid:
             args["hybrid"] = named_stem(self.hybrid)
         return args
@@ -99,7 +101,8 @@ class CheckpointArchitecture:
         extra = f", pre_logits {self.representation_size}" if self.representation_size else ""
         hybrid = f" with ResNet stem {self.hybrid}" if self.hybrid else ""
         size = f", trained at {self.image_size[0]}x{self.image_size[1]}" if self.image_size else ""
-        bias = "" if self.qkv_bias else ", no query/key/value biases"
+        bias = ("" if self.qkv_bias else ", no query/key/value biases") + (
+            ", fixed sin-cos position embedding" if self.pos_embedding == "sincos2d" else "")
         return (f"{name}{hybrid} (patch {self.stride}, D={self.hidden_size}, {self.num_layers} layers, "
                 f"{self.num_heads} heads, MLP {self.mlp_dim}, {self.channels} channels{bias}), {self.classifier} "
                 f"classifier, {head}{extra}{size}")
@@ -131,10 +134,12 @@ def infer(checkpoint: Checkpoint) -> CheckpointArchitecture:
         raise ValueError(f"{path!r} has no consecutive Transformer/encoderblock_{{i}} blocks. Received: {blocks}")
     query = _require(params, "Transformer/encoderblock_0/MultiHeadDotProductAttention_1/query/kernel", path)
     mlp = _require(params, "Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel", path)
-    posemb = _require(params, "Transformer/posembed_input/pos_embedding", path)
     classifier = "token" if "cls" in params else "gap"
     prefix = 1 if classifier == "token" else 0
-    num_patches = posemb.shape[1] - prefix
+    posemb = params.get("Transformer/posembed_input/pos_embedding")
+    if posemb is None and checkpoint.arguments is None:  # only a keras_vit model's fixed sin-cos has none
+        _require(params, "Transformer/posembed_input/pos_embedding", path)
+    num_patches = -1 if posemb is None else posemb.shape[1] - prefix
     side = math.isqrt(max(num_patches, 0))
     pre_logits = params.get("pre_logits/kernel")
     head = params.get("head/kernel")
@@ -160,6 +165,7 @@ def infer(checkpoint: Checkpoint) -> CheckpointArchitecture:
                    num_patches),
         hybrid=stem,
         qkv_bias=f"Transformer/encoderblock_0/{QKV_BIAS_KEYS[0]}" in params,
+        pos_embedding="learned" if posemb is not None else "sincos2d",
     )
 
 
@@ -167,7 +173,7 @@ def _grid(checkpoint: Checkpoint, stride: int, side: int, num_patches: int) -> t
     """The position embedding's patch grid: from the input shape a keras_vit file carries, else when square."""
     if checkpoint.arguments is not None:
         height, width = checkpoint.arguments["input_shape"][:2]
-        if (height // stride) * (width // stride) == num_patches:
+        if num_patches < 0 or (height // stride) * (width // stride) == num_patches:
             return height // stride, width // stride
     return (side, side) if side * side == num_patches and side > 0 else None
 

@@ -63,7 +63,8 @@ def targets(model: keras.Model) -> dict:
     """
     encoder = model_parts.patch_encoder(model)
     out = _dense("embedding", encoder.projection)
-    out[POSITION_EMBEDDING] = encoder.position_embedding
+    if encoder.position_embedding is not None:  # a fixed sin-cos embedding has no weight
+        out[POSITION_EMBEDDING] = encoder.position_embedding
     if encoder.use_class_token:
         out["cls"] = encoder.class_token
     for i, block in enumerate(model_parts.encoder_blocks(model)):

@@ -1,7 +1,10 @@
-"""`PatchEncoder`: linear patch projection, [class] token and learned 1-D position embedding (eq. 1)."""
+"""`PatchEncoder`: linear patch projection, [class] token and position embedding (eq. 1): learned 1-D, or fixed
+2-D sin-cos."""
 
 import keras
 from keras import ops
+
+from keras_vit import pos_embed
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -13,13 +16,16 @@ class PatchEncoder(keras.layers.Layer):
     and T = N without it (GAP classifier); both the number of patches N and their width come from the
     input shape at build time.
 
-    Weights: `projection` (kernel (P*P*C, D), bias (D,)), `class_token` (1, 1, D),
-    `position_embedding` (1, T, D).
+    Weights: `projection` (kernel (P*P*C, D), bias (D,)), `class_token` (1, 1, D), and for the learned
+    embedding `position_embedding` (1, T, D). The fixed `"sincos2d"` embedding (`keras_vit.pos_embed.sincos_2d`)
+    has no weight: it is added to the patch tokens before the [class] token is prepended, as in big_vision.
 
     Args:
         hidden_size: D, the token width.
         use_class_token: prepend a learnable [class] token.
         dropout_rate: dropout applied to the embedded sequence.
+        position_embedding: `"learned"` (the paper's) or `"sincos2d"` (fixed; needs `grid` and D divisible by 4).
+        grid: (rows, cols) of the patches, row-major as `Patches` cuts them; needed by `"sincos2d"` only.
         **kwargs: base `keras.layers.Layer` arguments.
 
     Example:
@@ -28,11 +34,19 @@ class PatchEncoder(keras.layers.Layer):
         (2, 197, 192)
     """
 
-    def __init__(self, hidden_size: int, use_class_token: bool = True, dropout_rate: float = 0.0, **kwargs):
+    def __init__(self, hidden_size: int, use_class_token: bool = True, dropout_rate: float = 0.0,
+                 position_embedding: str = "learned", grid=None, **kwargs):
         super().__init__(**kwargs)
+        if position_embedding not in pos_embed.POSITION_EMBEDDINGS:
+            raise ValueError(f"`position_embedding` must be one of {pos_embed.POSITION_EMBEDDINGS}. "
+                             f"Received: position_embedding={position_embedding!r}")
+        if position_embedding == "sincos2d" and grid is None:
+            raise ValueError("The sincos2d position embedding needs the patch `grid` (rows, cols). Received: grid=None")
         self.hidden_size = hidden_size
         self.use_class_token = use_class_token
         self.dropout_rate = dropout_rate
+        self.position_embedding_kind = position_embedding
+        self.grid = None if grid is None else tuple(int(n) for n in grid)
         # Flax's Conv default (lecun_normal) for the patch embedding, as the official code.
         self.projection = keras.layers.Dense(
             hidden_size, kernel_initializer="lecun_normal", name="projection", dtype=self.dtype_policy
@@ -51,6 +65,12 @@ class PatchEncoder(keras.layers.Layer):
             self.class_token = self.add_weight(
                 name="class_token", shape=(1, 1, self.hidden_size), initializer="zeros"
             )
+        if self.position_embedding_kind == "sincos2d":
+            if self.grid[0] * self.grid[1] != num_patches:
+                raise ValueError(f"The patch grid {self.grid} does not cover the {num_patches} patches of the input.")
+            self.position_embedding = None
+            self._fixed_embedding = pos_embed.sincos_2d(self.grid, self.hidden_size)
+            return
         self.position_embedding = self.add_weight(
             name="position_embedding",
             shape=(1, num_patches + int(self.use_class_token), self.hidden_size),
@@ -64,11 +84,14 @@ class PatchEncoder(keras.layers.Layer):
 
     def call(self, patches, training=None):
         x = self.projection(patches)
+        if self.position_embedding is None:  # fixed sin-cos, on the patch tokens only
+            x = x + ops.cast(self._fixed_embedding, x.dtype)
         if self.use_class_token:
             batch = ops.shape(x)[0]
             cls = ops.cast(ops.broadcast_to(self.class_token, (batch, 1, self.hidden_size)), x.dtype)
             x = ops.concatenate([cls, x], axis=1)
-        x = x + ops.cast(self.position_embedding, x.dtype)
+        if self.position_embedding is not None:
+            x = x + ops.cast(self.position_embedding, x.dtype)
         return self.dropout(x, training=training)
 
     def compute_output_shape(self, input_shape):
@@ -81,4 +104,6 @@ class PatchEncoder(keras.layers.Layer):
             "hidden_size": self.hidden_size,
             "use_class_token": self.use_class_token,
             "dropout_rate": self.dropout_rate,
+            "position_embedding": self.position_embedding_kind,
+            "grid": self.grid,
         }
