@@ -9,7 +9,6 @@ Without `--weights` (default `none`) it runs offline with random weights: a smok
 The image is `--image` (any format PIL reads, resized to the model's input; Pillow is the `image` extra) or a
 generated colour gradient. The top-3 classes are printed with their probabilities: a softmax of the logits
 for a head without activation (the training app saves `model.keras` so), said on the line.
-`python -m keras_vit vit_ti16` (the model as the only argument) still works.
 """
 
 import os
@@ -26,16 +25,9 @@ cli.define_image_size(FLAGS)
 cli.define_classes(FLAGS)
 flags.DEFINE_string("image", None, "An image file to classify (default: a generated colour gradient).",
                     flag_values=FLAGS)
+flags.register_validator("image", lambda image: image is None or os.path.isfile(image),
+                         "The image file does not exist.", flag_values=FLAGS)
 cli.define_verbose(FLAGS)
-
-
-def _check_image(fv, argv):
-    if fv.image is not None and not os.path.isfile(fv.image):
-        raise cli.UsageError(f"The image file does not exist. Received: --image={fv.image!r}")
-
-
-cli.add_check(FLAGS, _check_image)
-POSITIONAL = ("model",)  # the old form `python -m keras_vit vit_ti16`
 
 
 def _image(model, path):
@@ -108,8 +100,8 @@ def run(argv):
 
 def main(argv=None) -> int:
     """The exit status of `python -m keras_vit` with `argv` (default: `sys.argv[1:]`)."""
-    return cli.main(run, FLAGS, argv, usage=__doc__, positional=POSITIONAL)
+    return cli.main(run, FLAGS, argv, usage=__doc__)
 
 
 if __name__ == "__main__":
-    cli.run(run, FLAGS, usage=__doc__, positional=POSITIONAL)
+    cli.run(run, FLAGS, usage=__doc__)

@@ -10,8 +10,6 @@ architecture the checkpoint describes).
 
 Example:
     python -m keras_vit.convert --weights=ViT-B_16.npz --out=vit_b16_in21k.weights.h5 --model=vit_b16
-
-The old form `python -m keras_vit.convert SRC DST [--variant=...] [--image-size=...]` still works.
 """
 
 import os
@@ -129,33 +127,24 @@ def summary(model, source, destination: str, digest: str, source_path: str | Non
 FLAGS = flags.FlagValues()
 cli.define_weights(FLAGS, help="The checkpoint to convert: a .npz, .safetensors or Hugging Face folder, or a "
                    "published name (then --model is required).")
+cli.require(FLAGS, "weights")
+flags.register_validator("weights", lambda weights: weights.lower() != "none", "--weights=none has nothing to "
+                         "convert: pass a checkpoint file or a published name", flag_values=FLAGS)
 NOT_CONVERTIBLE = ("keras_vit.convert converts ViT checkpoints; BiT checkpoints are not supported (a BiT ResNet "
                    "trains from scratch: python -m training.train --model=bit_r50x1).")
 cli.define_model(FLAGS, keras_files=False, refuse_bit=NOT_CONVERTIBLE, help="The variant the checkpoint must "
                  "match, e.g. vit_b16 (default: the architecture the checkpoint describes; required with a "
                  "published name).")
+flags.register_multi_flags_validator(
+    ["weights", "model"], lambda given: given["model"] is not None or os.path.exists(given["weights"]),
+    "--model is required with a published name: the variant to download it for", flag_values=FLAGS)
 cli.define_out(FLAGS, "The .weights.h5 file to write.")
+flags.register_validator("out", lambda out: out.endswith(".weights.h5"), "--out must end in `.weights.h5`",
+                         flag_values=FLAGS)
 cli.define_image_size(FLAGS, help="Resolution to build at, resampling the position embedding (default: the "
                       "checkpoint's).")
 cli.define_classes(FLAGS, help="Classes of a new zero-initialised head (default: the checkpoint's head).")
 cli.define_verbose(FLAGS)
-cli.require(FLAGS, "weights")
-
-RENAMED = {"variant": "model", "image-size": "image_size"}
-POSITIONAL = ("weights", "out")  # the old form `SRC DST`
-
-
-def _check(fv, argv):
-    if fv.weights.lower() == "none":
-        raise cli.UsageError("--weights=none has nothing to convert: pass a checkpoint file or a published name")
-    if fv.model is None and not os.path.exists(fv.weights):
-        raise cli.UsageError(f"--model is required with a published name: the variant to download it for. "
-                             f"Received: --weights={fv.weights!r}")
-    if not fv.out.endswith(".weights.h5"):
-        raise cli.UsageError(f"--out must end in `.weights.h5`. Received: --out={fv.out!r}")
-
-
-cli.add_check(FLAGS, _check)
 
 
 def run(argv):
@@ -167,8 +156,8 @@ def run(argv):
 
 def main(argv=None) -> int:
     """The exit status of `python -m keras_vit.convert` with `argv` (default: `sys.argv[1:]`)."""
-    return cli.main(run, FLAGS, argv, usage=__doc__, renamed=RENAMED, positional=POSITIONAL)
+    return cli.main(run, FLAGS, argv, usage=__doc__)
 
 
 if __name__ == "__main__":
-    cli.run(run, FLAGS, usage=__doc__, renamed=RENAMED, positional=POSITIONAL)
+    cli.run(run, FLAGS, usage=__doc__)

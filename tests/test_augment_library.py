@@ -9,7 +9,7 @@ import types
 import pytest
 from absl import flags
 
-from training import augment, config, loop, train
+from training import augment, config, loop, train, workdir
 
 SMALL = ["--patch_size=4", "--hidden_size=32", "--num_layers=2", "--num_heads=2", "--mlp_dim=64",
          "--show_predictions=0", "--export=false", "--jit_compile=false"]
@@ -69,7 +69,7 @@ def test_keras_cv_missing_is_one_usage_error_naming_the_extra(tmp_path, monkeypa
         augment.make_batch_transform(10, mixup=0.2, library="keras_cv")
     try:
         status = cli.main(train.main, flags.FLAGS, ["--augment_library=keras_cv", f"--workdir={tmp_path / 'run'}"],
-                          usage=train.__doc__, positional=True, tensorflow=True)
+                          usage=train.__doc__, tensorflow=True)
     finally:
         flags.FLAGS.unparse_flags()
     lines = capsys.readouterr().err.strip().splitlines()
@@ -85,7 +85,7 @@ def test_a_workdir_from_before_the_flag_resumes_with_the_default(tmp_path):
     old = json.loads(cfg.to_json())
     del old["augment_library"]  # a config.json written before the field existed
     (tmp_path / "config.json").write_text(json.dumps(old))
-    assert loop._Run._check_config(types.SimpleNamespace(cfg=cfg), resume_with_changes=False) == {}
+    assert workdir.WorkdirMixin._check_config(types.SimpleNamespace(cfg=cfg), resume_with_changes=False) == {}
     other = config.make_config("demo", steps=4, workdir=str(tmp_path), augment_library="keras_cv")
-    with pytest.raises(loop.WorkdirError, match="augment_library"):
-        loop._Run._check_config(types.SimpleNamespace(cfg=other), resume_with_changes=False)
+    with pytest.raises(workdir.WorkdirError, match="augment_library"):
+        workdir.WorkdirMixin._check_config(types.SimpleNamespace(cfg=other), resume_with_changes=False)

@@ -59,7 +59,7 @@ def test_fewshot_takes_the_mean_features_of_a_bit():
 @pytest.mark.parametrize(
     "tool, args, message",
     [
-        ("keras_vit.inspect.__main__", ["--model=bit_r50x1", "--weights=none", "--out=OUT", "IMAGE"],
+        ("keras_vit.inspect.__main__", ["--model=bit_r50x1", "--weights=none", "--out=OUT", "--images=IMAGE"],
          "keras_vit.inspect draws a ViT's attention maps"),
         ("keras_vit.convert", ["--model=bit_r50x1", "--weights=imagenet21k", "--out=OUT/x.weights.h5"],
          "BiT checkpoints are not supported"),
@@ -93,7 +93,7 @@ def test_inspect_refuses_a_bit_keras_file(tmp_path, capsys):
     from PIL import Image
 
     Image.new("RGB", (16, 16)).save(image)
-    assert main([f"--model={path}", f"--out={tmp_path / 'out'}", str(image)]) == 1
+    assert main([f"--model={path}", f"--out={tmp_path / 'out'}", f"--images={image}"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: keras_vit.inspect draws a ViT's attention maps") and err.count("\n") == 1, err
 
@@ -137,7 +137,7 @@ def test_a_vit_only_flag_with_a_bit_is_one_error_line_of_the_app(tmp_path, capsy
     try:
         status = cli.main(train.main, flags.FLAGS, ["--model=bit_r50x1", "--patch_size=16",
                                                     f"--workdir={tmp_path / 'run'}"],
-                          usage=train.__doc__, positional=True, tensorflow=True)
+                          usage=train.__doc__, tensorflow=True)
     finally:
         flags.FLAGS.unparse_flags()
     lines = capsys.readouterr().err.strip().splitlines()
@@ -151,7 +151,7 @@ def test_a_tiny_bit_trains_through_the_app_and_writes_checkpoints_and_exports(tm
     args = [f"--workdir={tmp_path}", "--model=bit_tiny", "--image_size=16", "--steps=3", "--checkpoint_every=3",
             "--global_batch_size=8", "--log_every=1", "--show_predictions=0", "--jit_compile=false"]
     try:  # the app in this process (python -m training.train would import TensorFlow again: seconds)
-        status = cli.main(train.main, flags.FLAGS, args, usage=train.__doc__, positional=True, tensorflow=True)
+        status = cli.main(train.main, flags.FLAGS, args, usage=train.__doc__, tensorflow=True)
     finally:
         flags.FLAGS.unparse_flags()
     out, err = capsys.readouterr()

@@ -99,7 +99,7 @@ def test_a_real_run_starts_quietly_even_with_onednn_on():
 
 
 def test_a_failure_is_one_error_line_and_exit_1():
-    result, _ = _run("-m", "keras_vit", "vit_ti16", "--image_size=33")  # the old positional model name
+    result, _ = _run("-m", "keras_vit", "--model=vit_ti16", "--image_size=33")
     assert result.returncode == 1
     assert result.stderr.startswith("error: The image size must be divisible by the patch size 16")
     assert result.stderr.count("\n") == 1
@@ -130,14 +130,16 @@ def test_usage_errors_exit_2_on_one_line(tool_flags, tmp_path, capsys):
     keras_file = tmp_path / "m.keras"
     keras_file.write_bytes(b"")
     cases = [
-        ([], "--model is required"),
+        ([], "error: flag --model=None: --model is required; flag --out=None: --out is required\n"),
         (["--model=vit_b16", "--out=o"], "Pass --weights=none explicitly for random weights"),
-        (["--model=vit_zz", "--weights=none", "--out=o"], "Unknown model. Received: 'vit_zz'"),
-        (["--model=x.keras", "--out=o"], "The model file does not exist"),
-        (["--model=vit_b16", "--weights=nope", "--out=o"], "neither none, a published name"),
-        (["--model=vit_b16", "--weights=none"], "--out is required"),
+        (["--model=vit_zz", "--weights=none", "--out=o"], "flag --model=vit_zz: Unknown model. Received: 'vit_zz'"),
+        (["--model=x.keras", "--out=o"], "flag --model=x.keras: The model file does not exist"),
+        (["--model=vit_b16", "--weights=nope", "--out=o"], "flag --weights=nope: --weights is neither none, a published"),
+        (["--model=vit_b16", "--weights=none"], "flag --out=None: --out is required"),
         (["--model=vit_b16", "--weights=none", "--out=o", "--image_size=0"], "flag --image_size=0"),
-        (["--model=vit_b16", "--weights=none", "--out=o", "extra"], "Unexpected arguments"),
+        (["--model=vit_b16", "--weights=none", "--out=o", "extra"],
+         "Unexpected arguments (every value needs its --flag): extra"),
+        (["--model", "vit_b16", "vit_l16", "--weights=none", "--out=o"], "Unexpected arguments"),
         ([f"--model={keras_file}", "--out=o", "--pooling=token"], "--pooling cannot apply to a .keras model"),
         (["--model=vit_b16", f"--weights={keras_file}", "--out=o", "--classes=3"],
          "--classes cannot apply to a .keras model"),
@@ -160,15 +162,27 @@ def test_valid_flags_reach_the_work_from_their_defaults_each_time(tool_flags, tm
     assert seen == [([], "B16", "none", 384), ([], str(keras_file), None, None)]
 
 
-def test_renamed_flags_and_positional_flags(tool_flags):
-    seen = []
-    work = lambda argv: seen.append((tool_flags.model, tool_flags.out, tool_flags.image_size))
-    args = ["vit_b16", "--weights=none", "--export_base", "old", "--image-size=64"]
-    assert _main(tool_flags, args, work, renamed={"export_base": "out", "image-size": "image_size"},
-                 positional=("model",)) == 0
-    assert seen == [("vit_b16", "old", 64)]
-    assert _main(tool_flags, ["--model=vit_b16", "vit_b16", "--weights=none", "--out=o"], work,
-                 positional=("model",)) == 2
+def test_absl_validators_are_usage_errors_and_add_check_runs_once_they_pass(tool_flags, capsys):
+    flags.register_validator("out", lambda out: out.endswith("/"), "--out must be a folder, ending in /",
+                             flag_values=tool_flags)
+    flags.register_multi_flags_validator(["image_size", "classes"], lambda given: None in given.values(),
+                                         "--image_size and --classes cannot go together", flag_values=tool_flags)
+    checked = []
+    cli.add_check(tool_flags, lambda fv, argv: checked.append(fv.out))
+    args = ["--model=vit_b16", "--weights=none"]
+    assert _main(tool_flags, [*args, "--out=o", "--image_size=32", "--classes=3"]) == 2
+    assert capsys.readouterr().err == ("error: flag --out=o: --out must be a folder, ending in /; flags "
+                                       "image_size=32, classes=3: --image_size and --classes cannot go together\n")
+    assert checked == []  # not while a validator fails
+    assert _main(tool_flags, [*args, "--out=o/"]) == 0
+    assert checked == ["o/"]
+
+    def late(fv, argv):
+        raise cli.UsageError("found by a check")
+
+    cli.add_check(tool_flags, late)
+    assert _main(tool_flags, [*args, "--out=o/"]) == 2
+    assert capsys.readouterr().err == "error: found by a check\n"
 
 
 def test_failures_exit_1_with_a_traceback_only_with_verbose(tool_flags, capsys):

@@ -53,17 +53,14 @@ def test_errors(checkpoint, tmp_path, capsys):
     assert "looks like an unpublished ViT (patch 8" in capsys.readouterr().err
     assert convert.main(["--weights", "imagenet-foo", "--out", str(tmp_path / "x.weights.h5"), "--model",
                          "vit_b16"]) == 2
-    assert "--weights='imagenet-foo'" in capsys.readouterr().err
+    assert "flag --weights=imagenet-foo: --weights is neither none" in capsys.readouterr().err
     assert convert.main(["--weights", "imagenet21k", "--out", str(tmp_path / "x.weights.h5")]) == 2
     assert "--model is required with a published name" in capsys.readouterr().err
 
 
-def test_the_old_positional_form_and_flag_names_still_work(checkpoint, tmp_path, capsys):
+def test_the_cli_builds_at_image_size(checkpoint, tmp_path, capsys):
     source, _ = checkpoint
-    destination = str(tmp_path / "old.weights.h5")
-    assert convert.main([source, destination, "--image-size", "48", "--variant", "vit_b16"]) == 1  # patch 8
-    assert "looks like an unpublished ViT" in capsys.readouterr().err
-    assert convert.main([source, destination, "--image-size=48"]) == 0
+    assert convert.main([f"--weights={source}", f"--out={tmp_path / 'big.weights.h5'}", "--image_size=48"]) == 0
     assert "input:          48x48x3" in capsys.readouterr().out
 
 

@@ -12,7 +12,7 @@ import pytest
 import keras_vit
 from keras_vit.flops import forward_flops
 from keras_vit.layers.resnet import StdConv2D
-from training import experiments, experiments_models, experiments_report
+from training import experiments, experiments_data, experiments_models, experiments_report
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "benchmarks"))
@@ -26,8 +26,8 @@ import flops as analytic  # noqa: E402  benchmarks/flops.py
 def test_subsets_are_nested_deterministic_and_stratified():
     labels = np.random.default_rng(0).integers(0, 10, 1438)
     fractions = (0.05, 0.1, 0.25, 0.5, 1.0)
-    subsets = experiments.nested_subsets(labels, fractions, seed=0)
-    again = experiments.nested_subsets(labels, fractions, seed=0)
+    subsets = experiments_data.nested_subsets(labels, fractions, seed=0)
+    again = experiments_data.nested_subsets(labels, fractions, seed=0)
     for f in fractions:
         np.testing.assert_array_equal(subsets[f], again[f])
         assert len(subsets[f]) == round(f * len(labels))
@@ -37,12 +37,12 @@ def test_subsets_are_nested_deterministic_and_stratified():
     np.testing.assert_array_equal(subsets[1.0], np.arange(len(labels)))
     counts, totals = np.bincount(labels[subsets[0.05]], minlength=10), np.bincount(labels, minlength=10)
     np.testing.assert_allclose(counts, 0.05 * totals, atol=1.0)  # every class in proportion
-    other = experiments.nested_subsets(labels, fractions, seed=1)
+    other = experiments_data.nested_subsets(labels, fractions, seed=1)
     assert set(other[0.05]) != set(subsets[0.05])
 
 
 def test_a_tiny_fraction_keeps_one_example():
-    assert len(experiments.nested_subsets(np.zeros(10, int), (0.01,))[0.01]) == 1
+    assert len(experiments_data.nested_subsets(np.zeros(10, int), (0.01,))[0.01]) == 1
 
 
 # --- FLOPs -------------------------------------------------------------------------------------------------
@@ -169,5 +169,5 @@ def test_tiny_study_writes_every_output(tmp_path, capsys):
 def test_docstring_examples():
     import doctest
 
-    result = doctest.testmod(experiments, optionflags=doctest.ELLIPSIS)
+    result = doctest.testmod(experiments_data, optionflags=doctest.ELLIPSIS)  # nested_subsets' example
     assert result.attempted > 0 and result.failed == 0

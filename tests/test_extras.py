@@ -41,9 +41,13 @@ def _block(monkeypatch, *modules):
 
 
 def _forget(monkeypatch, *modules):
-    """Removes already imported modules, so that the next import runs their top level again; restored after."""
+    """Removes already imported modules, so that the next import runs their top level again; restored after.
+    Also from their parent package: `from package import name` takes the attribute without importing again."""
     for name in modules:
         monkeypatch.delitem(sys.modules, name, raising=False)
+        parent, _, child = name.rpartition(".")
+        if parent in sys.modules:
+            monkeypatch.delattr(sys.modules[parent], child, raising=False)
 
 
 def test_require_returns_the_module_and_names_the_extra_when_it_is_missing(monkeypatch):
@@ -144,6 +148,6 @@ def test_inspect_without_matplotlib(keras_file, tmp_path, monkeypatch, capsys):
     image.write_bytes(b"\x89PNG\r\n\x1a\n")
     _block(monkeypatch, "matplotlib", "matplotlib.pyplot")
     _forget(monkeypatch, "keras_vit.inspect.plots", "keras_vit.inspect.report")
-    assert main(["--model", keras_file, "--out", str(tmp_path / "report"), str(image)]) == 1
+    assert main(["--model", keras_file, "--out", str(tmp_path / "report"), f"--images={image}"]) == 1
     _, message = _one_error_line(capsys)
     _check_message(message, "drawing the figures of keras_vit.inspect", "matplotlib", "inspect")

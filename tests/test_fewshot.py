@@ -98,7 +98,7 @@ def test_cli_prints_accuracy_per_shot_count_on_digits(tiny, tmp_path, capsys):
         (["--model", "vit_ti16"], "Pass --weights=none explicitly for random weights"),
         (["--model", "vit_ti16", "--weights", "none", "--shots", "1,x"], "--shots must be comma-separated"),
         (["--model", "vit_ti16", "--weights", "none", "--shots", "0"], "--shots must be positive"),
-        (["--model", "vit_ti16", "--weights", "none", "--batch_size", "x"], "flag --global_batch_size=x"),
+        (["--model", "vit_ti16", "--weights", "none", "--global_batch_size", "x"], "flag --global_batch_size=x"),
         (["--weights", "none"], "--model is required"),
     ],
 )

@@ -206,7 +206,7 @@ def test_cli_writes_the_pngs_and_index(tiny, tmp_path, capsys):
         paths.append(path)
     out = tmp_path / "report"
 
-    assert main(["--model", model_path, f"--images={paths[0]}", "--out", str(out), paths[1]]) == 0
+    assert main(["--model", model_path, f"--images={paths[0]}", "--out", str(out), "--images", paths[1]]) == 0
 
     names = ["attention_rollout.png", "attention_distance.png", "position_similarity.png", "embedding_filters.png"]
     for name in names:
@@ -227,12 +227,15 @@ def test_cli_usage_errors_exit_2_before_any_work(tiny, tmp_path, capsys):
     model_path = str(tmp_path / "tiny.keras")
     keras_vit.ViT(**tiny).save(model_path)
     cases = [
-        (["--model", "vit_ti16", "--out", str(tmp_path / "r"), str(image)], "Pass --weights=none explicitly"),
-        (["--model", model_path, "--out", str(tmp_path / "r")], "No images"),
-        (["--model", model_path, "--out", str(tmp_path / "r"), str(tmp_path / "missing.png")], "does not exist"),
-        (["--model", model_path, "--image_size", "64", "--out", str(tmp_path / "r"), str(image)],
+        (["--model", "vit_ti16", "--out", str(tmp_path / "r"), f"--images={image}"], "Pass --weights=none explicitly"),
+        (["--model", model_path, "--out", str(tmp_path / "r")], "flag --images=None: --images is required"),
+        (["--model", model_path, "--out", str(tmp_path / "r"), f"--images={image}", str(image)],
+         "Unexpected arguments (every value needs its --flag)"),  # one --images per image
+        (["--model", model_path, "--out", str(tmp_path / "r"), f"--images={image}",
+          f"--images={tmp_path / 'missing.png'}"], "The image file does not exist: " + str(tmp_path / "missing.png")),
+        (["--model", model_path, "--image_size", "64", "--out", str(tmp_path / "r"), f"--images={image}"],
          "--image_size cannot apply to a .keras model"),
-        (["--model", model_path, str(image)], "--out is required"),
+        (["--model", model_path, f"--images={image}"], "--out is required"),
     ]
     for args, message in cases:
         assert main(args) == 2, args

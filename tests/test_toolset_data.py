@@ -14,7 +14,7 @@ import pytest
 
 from keras_vit import weights
 from tools import weights_table
-from training import data
+from training import sources
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -33,10 +33,10 @@ _OFFLINE_DOWNLOAD = textwrap.dedent("""
     import time
     time.sleep = lambda seconds: None  # the HTTP retries' back-off (minutes in all) against a blocked network
 
-    from training import data
+    from training import sources
 
     try:
-        data.dataset_source("cifar10", "train", data_dir=sys.argv[1], download=True)
+        sources.dataset_source("cifar10", "train", data_dir=sys.argv[1], download=True)
     except BaseException as error:
         chain, e = [], error
         while e is not None:
@@ -99,8 +99,8 @@ def _touch_images(folder, count=1):
 
 def test_missing_folder_says_the_path_does_not_exist(tmp_path):
     name = f"folder:{tmp_path / 'nowhere'}"
-    for call in (lambda: data.default_splits(name), lambda: data.dataset_source(name, "train")):
-        with pytest.raises(data.DatasetNotFoundError, match="does not exist") as info:
+    for call in (lambda: sources.default_splits(name), lambda: sources.dataset_source(name, "train")):
+        with pytest.raises(sources.DatasetNotFoundError, match="does not exist") as info:
             call()
         assert "No evaluation split" not in str(info.value)
 
@@ -109,8 +109,8 @@ def test_flat_layout_says_what_was_expected_and_what_was_found(tmp_path):
     for label in ("a", "b", "c"):
         _touch_images(tmp_path / label, 2)
     name = f"folder:{tmp_path}"
-    for call in (lambda: data.default_splits(name), lambda: data.dataset_source(name, "test")):
-        with pytest.raises(data.InvalidDatasetError) as info:
+    for call in (lambda: sources.default_splits(name), lambda: sources.dataset_source(name, "test")):
+        with pytest.raises(sources.InvalidDatasetError) as info:
             call()
         message = str(info.value)
         assert f"{tmp_path}/train/<label>/<image>" in message
@@ -124,8 +124,8 @@ def test_train_without_eval_split_lists_what_is_beside_train(tmp_path):
     _touch_images(tmp_path / "train" / "cat")
     _touch_images(tmp_path / "holdout" / "cat")
     (tmp_path / "notes.txt").write_text("x")
-    with pytest.raises(data.DatasetNotFoundError, match="No evaluation split") as info:
-        data.default_splits(f"folder:{tmp_path}")
+    with pytest.raises(sources.DatasetNotFoundError, match="No evaluation split") as info:
+        sources.default_splits(f"folder:{tmp_path}")
     assert "test|val|validation" in str(info.value) and "holdout, notes.txt" in str(info.value)
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from training import augment, data
+from training import augment, data, sources
 
 COLOURS = {"blue": (0, 0, 255), "green": (0, 255, 0), "red": (255, 0, 0)}
 
@@ -30,13 +30,13 @@ def test_digits_eval_batches_are_resized_and_scaled_to_minus_one_one():
     assert num_classes == 10 and images.shape == (359, 16, 16, 3) and images.dtype == tf.float32
     assert float(tf.reduce_min(images)) == -1.0 and float(tf.reduce_max(images)) == pytest.approx(1.0)
     # Independent check: the split holds real digits; the label counts add up with the train split to 1797.
-    train = data.dataset_source("digits", "train")
+    train = sources.dataset_source("digits", "train")
     assert train.num_examples + 359 == len(load_digits().target)
     assert set(np.unique(labels.numpy())) == set(range(10))
 
 
 def test_eval_image_is_a_plain_resize_of_the_pixels():
-    source = data.dataset_source("digits", "test")
+    source = sources.dataset_source("digits", "test")
     raw, _ = next(iter(source.elements))
     ds, _ = data.make_dataset("digits", "test", image_size=8, batch_size=1)
     image = next(iter(ds))[0][0].numpy()
@@ -100,7 +100,7 @@ def test_training_augmentation_crops_and_flips(tmp_path):
 def test_folder_loader_reads_labels_from_directories_and_finds_the_eval_split(tmp_path):
     _write_folder(tmp_path)
     name = f"folder:{tmp_path}"
-    assert data.default_splits(name) == ("train", "validation")
+    assert sources.default_splits(name) == ("train", "validation")
     ds, num_classes = data.make_dataset(name, "validation", image_size=8, batch_size=32)
     images, labels = next(iter(ds))
     assert num_classes == 3 and images.shape == (9, 8, 8, 3)
@@ -124,15 +124,15 @@ def test_folder_loader_ignores_stray_files_beside_the_class_folders(tmp_path):
 
 
 def test_folder_errors_name_the_problem(tmp_path):
-    with pytest.raises(data.DatasetNotFoundError, match="train"):
+    with pytest.raises(sources.DatasetNotFoundError, match="train"):
         data.make_dataset(f"folder:{tmp_path}", "test")
     _write_folder(tmp_path, splits=("train",))
-    with pytest.raises(data.DatasetNotFoundError, match="test, val or validation|evaluation split"):
-        data.default_splits(f"folder:{tmp_path}")
+    with pytest.raises(sources.DatasetNotFoundError, match="test, val or validation|evaluation split"):
+        sources.default_splits(f"folder:{tmp_path}")
 
 
 def test_missing_tfds_dataset_explains_how_to_prepare_it_without_downloading(tmp_path):
-    with pytest.raises(data.DatasetNotFoundError, match="download_and_prepare") as info:
+    with pytest.raises(sources.DatasetNotFoundError, match="download_and_prepare") as info:
         data.make_dataset("cifar10", "train", data_dir=str(tmp_path))
     assert "--data_dir" in str(info.value)
     assert not any(tmp_path.rglob("*.tfrecord*"))
@@ -140,7 +140,7 @@ def test_missing_tfds_dataset_explains_how_to_prepare_it_without_downloading(tmp
 
 def test_without_tensorflow_datasets_a_tfds_name_says_how_to_install_it(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "tensorflow_datasets", None)  # as in an install without the `train` extra
-    with pytest.raises(data.DatasetNotFoundError, match=r"not installed: `pip install -e \"\.\[train\]\"`"):
+    with pytest.raises(sources.DatasetNotFoundError, match=r"not installed: `pip install -e \"\.\[train\]\"`"):
         data.make_dataset("cifar10", "train", data_dir=str(tmp_path))
 
 def test_tfds_dataset_through_mock_data():

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from training import config, data, loop
+from training import config, image_checks, loop, sources
 
 TINY = dict(image_size=8, patch_size=4, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32, global_batch_size=4,
             log_every=1, show_predictions=0, export=False, jit_compile=False, steps=2)
@@ -111,9 +111,9 @@ def test_the_check_before_training_agrees_with_tensorflow_on_corrupt_bodies(tmp_
     expected[str(root / "train" / "red" / "tables.jpg")] = False
     (root / "train" / "red" / "tables.jpg").write_bytes(corrupt_jpeg())
     assert not all(expected.values()) and any(expected.values())
-    bad = data.check_images(folder, ("train", "validation"), skip=True)
+    bad = image_checks.check_images(folder, ("train", "validation"), skip=True)
     assert {path: path not in bad for path in expected} == expected
-    assert data.check_images(folder, ("train",), skip=True, decode=False) < bad  # headers alone miss some
+    assert image_checks.check_images(folder, ("train",), skip=True, decode=False) < bad  # headers alone miss some
 
 
 def test_a_corrupt_png_or_jpeg_body_in_either_split_stops_the_run_before_training_naming_it(tmp_path):
@@ -121,7 +121,7 @@ def test_a_corrupt_png_or_jpeg_body_in_either_split_stops_the_run_before_trainin
     folder = write_folder(root)
     (root / "train" / "red" / "body.png").write_bytes(corrupt_png())
     (root / "validation" / "blue" / "tables.jpg").write_bytes(corrupt_jpeg())
-    with pytest.raises(data.InvalidDatasetError) as info:
+    with pytest.raises(sources.InvalidDatasetError) as info:
         run(tmp_path / "run", dataset=folder)
     message = str(info.value)
     assert message.startswith("2 of 14 files") and "--skip_bad_images" in message
@@ -146,7 +146,7 @@ def test_an_image_that_fails_during_training_is_named_and_the_state_reached_is_s
     folder, bad = unshuffled_folder(tmp_path, "train")
     workdir = tmp_path / "run"
     options = dict(dataset=folder, shuffle_buffer=1, steps=6, checkpoint_every=100, image_check="headers")
-    with pytest.raises(data.InvalidDatasetError) as info:
+    with pytest.raises(sources.InvalidDatasetError) as info:
         run(workdir, **options)
     message = str(info.value)
     assert f"{bad} (cannot be decoded: Invalid PNG data" in message and "at training step 4" in message
@@ -180,7 +180,7 @@ def test_skip_bad_images_skips_an_image_that_fails_during_training(tmp_path):
 def test_a_failed_final_evaluation_still_writes_the_model_checkpoint_and_metrics(tmp_path):
     folder, bad = unshuffled_folder(tmp_path, "validation")
     workdir = tmp_path / "run"
-    with pytest.raises(data.InvalidDatasetError) as info:
+    with pytest.raises(sources.InvalidDatasetError) as info:
         run(workdir, dataset=folder, steps=3, image_check="headers")
     message = str(info.value)
     assert f"{bad} (cannot be decoded: Invalid PNG data" in message and "in the final evaluation" in message
@@ -204,16 +204,16 @@ def test_images_over_the_pixel_limit_are_refused_from_their_headers_naming_the_f
     huge.write_bytes(png_claiming(100_000, 100_000))  # no pixels behind it: the header is enough
     frames = [np.full((40, 40, 3), 60 * i, np.uint8) for i in range(3)]
     (root / "train" / "blue" / "animated.gif").write_bytes(pil_bytes(frames, "GIF"))
-    with pytest.raises(data.InvalidDatasetError) as info:
-        data.check_images(folder, ("train", "validation"))
+    with pytest.raises(sources.InvalidDatasetError) as info:
+        image_checks.check_images(folder, ("train", "validation"))
     message = str(info.value)
     assert (f"{huge} (PNG of 100000x100000 = 10,000,000,000 pixels, over the pixel limit of 40,000,000 "
             f"(--max_image_pixels))") in message
     assert "raise --max_image_pixels" in message and "animated.gif" not in message
     # A GIF's frames count: TensorFlow decodes them all.
-    with pytest.raises(data.InvalidDatasetError, match=r"animated.gif \(GIF of 40x40 x 3 frames = 4,800 pixels"):
-        data.check_images(folder, ("train",), max_pixels=4000, skip=False)
-    assert data.check_images(folder, ("train",), max_pixels=None, skip=True) == {str(huge)}  # decode: no pixels
+    with pytest.raises(sources.InvalidDatasetError, match=r"animated.gif \(GIF of 40x40 x 3 frames = 4,800 pixels"):
+        image_checks.check_images(folder, ("train",), max_pixels=4000, skip=False)
+    assert image_checks.check_images(folder, ("train",), max_pixels=None, skip=True) == {str(huge)}  # decode: no pixels
 
 
 def test_the_pixel_limit_flag_refuses_in_one_line_or_skips(tmp_path, capsys):
@@ -243,8 +243,8 @@ def test_a_fifo_named_like_an_image_is_left_out_with_a_warning_not_read(tmp_path
     (root / "train" / "green" / "folder.jpg").mkdir()
     (root / "train" / "blue" / "scan.tif").write_bytes(b"II*\0")
     lines, result = [], []
-    worker = threading.Thread(target=lambda: result.append(data.check_images(folder, ("train",), log=lines.append)),
-                              daemon=True)
+    worker = threading.Thread(
+        target=lambda: result.append(image_checks.check_images(folder, ("train",), log=lines.append)), daemon=True)
     worker.start()
     worker.join(timeout=120)
     assert not worker.is_alive(), "the check blocked on the FIFO"
@@ -253,7 +253,7 @@ def test_a_fifo_named_like_an_image_is_left_out_with_a_warning_not_read(tmp_path
     assert f"{root / 'train' / 'red' / 'x.png'} (a named pipe (FIFO))" in lines[0]
     assert f"{root / 'train' / 'green' / 'folder.jpg'} (a folder)" in lines[0]
     assert lines[1].startswith("warning: left out 1 file of") and "(.tif: 1)" in lines[1]
-    assert data.dataset_source(folder, "train").num_examples == 6
+    assert sources.dataset_source(folder, "train").num_examples == 6
     out = run(tmp_path / "run", dataset=folder)
     assert "named pipe" in out and "after 2 steps" in out.strip().splitlines()[-1]
 
@@ -264,11 +264,11 @@ def test_file_names_that_are_not_utf8_are_read_and_named_escaped(tmp_path):
     red = os.fsencode(root / "train" / "red")
     with open(red + b"/caf\xe9.png", "wb") as f:  # Latin-1 bytes: not UTF-8
         f.write(png(value=200))
-    assert data.dataset_source(folder, "train").num_examples == 7
+    assert sources.dataset_source(folder, "train").num_examples == 7
     with open(red + b"/bad\xff.png", "wb") as f:
         f.write(corrupt_png())
-    with pytest.raises(data.InvalidDatasetError) as info:
-        data.check_images(folder, ("train", "validation"))
+    with pytest.raises(sources.InvalidDatasetError) as info:
+        image_checks.check_images(folder, ("train", "validation"))
     message = str(info.value)
     message.encode("utf-8")  # printable as it is
     assert "red/bad\\xff.png (cannot be decoded: Invalid PNG data" in message
@@ -282,8 +282,8 @@ def test_a_class_folder_name_that_is_not_utf8_is_refused_naming_it(tmp_path):
     os.mkdir(os.fsencode(root / "train") + b"/gr\xfcn")
     with open(os.fsencode(root / "train") + b"/gr\xfcn/0.png", "wb") as f:
         f.write(png())
-    with pytest.raises(data.InvalidDatasetError) as info:
-        data.dataset_source(folder, "train")
+    with pytest.raises(sources.InvalidDatasetError) as info:
+        sources.dataset_source(folder, "train")
     message = str(info.value)
     message.encode("utf-8")
     assert f"{root / 'train'}/gr\\xfcn has a name that is not UTF-8 text" in message and "Rename it" in message
@@ -294,21 +294,21 @@ def test_webp_images_are_listed_and_trained_an_animated_one_is_refused(tmp_path)
     root = tmp_path / "images"
     folder = write_folder(root)
     (root / "train" / "red" / "still.webp").write_bytes(pil_bytes([pixels], "WEBP"))
-    assert data.dataset_source(folder, "train").num_examples == 7
-    assert data.check_images(folder, ("train", "validation")) == frozenset()
+    assert sources.dataset_source(folder, "train").num_examples == 7
+    assert image_checks.check_images(folder, ("train", "validation")) == frozenset()
     assert "[train: 7 images" in run(tmp_path / "run", dataset=folder)
     animated = root / "train" / "blue" / "moving.webp"
     animated.write_bytes(pil_bytes([pixels, 255 - pixels], "WEBP"))
     assert not decodes(animated.read_bytes())  # TensorFlow decodes animated WebP only as RGBA
-    with pytest.raises(data.InvalidDatasetError, match=r"moving.webp \(animated WebP"):
-        data.check_images(folder, ("train",), decode=False)
+    with pytest.raises(sources.InvalidDatasetError, match=r"moving.webp \(animated WebP"):
+        image_checks.check_images(folder, ("train",), decode=False)
 
 
 # --- python -m training.experiments -------------------------------------------------------------------------
 
 
 def test_experiments_check_the_images_before_training(tmp_path, capsys):
-    from training import experiments
+    from training import experiments, experiments_data
 
     root = tmp_path / "images"
     folder = write_folder(root, per_class=4, splits=("train", "test"))
@@ -321,6 +321,6 @@ def test_experiments_check_the_images_before_training(tmp_path, capsys):
     assert f"{root / 'train' / 'red' / 'body.png'} (cannot be decoded: Invalid PNG data" in err
     setup = experiments.Setup(dataset=folder, skip_bad_images=True)
     lines = []
-    skipped = experiments.check_images(setup, "train", "test", log=lines.append)
+    skipped = experiments_data.check_images(setup, "train", "test", log=lines.append)
     assert skipped == {str(root / "train" / "red" / "body.png")}
     assert lines[0].startswith("skipping 1 image file(s)")

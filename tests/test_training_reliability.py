@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from training import config, data, loop
+from training import checkpoints, config, image_checks, loop, sources
+from training.workdir import WorkdirError
 
 TINY = dict(image_size=8, patch_size=4, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32, global_batch_size=16,
             log_every=1, show_predictions=0, export=False, jit_compile=False)
@@ -86,7 +87,7 @@ def non_finite_tensors(prefix):
 
 def recorded_losses(workdir):
     """{checkpoint number: loss of the step after it} from the run's record (checkpoints/losses.json)."""
-    record = json.loads((workdir / "checkpoints" / loop.LOSSES_FILE).read_text())
+    record = json.loads((workdir / "checkpoints" / checkpoints.LOSSES_FILE).read_text())
     return record["first_loss"], {int(k): v for k, v in record["after"].items()}
 
 
@@ -99,7 +100,7 @@ def diverged(tmp_path_factory):
         workdir = tmp_path_factory.mktemp("diverged")
         try:
             run(workdir, **DIVERGING, learning_rate=rate)
-        except loop.TrainingDiverged as stop:
+        except checkpoints.TrainingDiverged as stop:
             messages.append(f"{rate:g}: {stop}")
             _, after = recorded_losses(workdir)
             exploded = [n for n, loss in after.items() if np.isfinite(loss) and loss > 1e6]
@@ -112,7 +113,7 @@ def diverged(tmp_path_factory):
 
 def test_a_divergence_before_any_good_checkpoint_says_there_is_none(tmp_path):
     # Adam without warm-up at 1e15: the first update already overflows.
-    with pytest.raises(loop.TrainingDiverged, match="no last good checkpoint") as info:
+    with pytest.raises(checkpoints.TrainingDiverged, match="no last good checkpoint") as info:
         run(tmp_path, steps=10, warmup_steps=0, checkpoint_every=1, learning_rate=1e15)
     assert "--resume_with_changes to train again from step 0" in str(info.value)
 
@@ -132,7 +133,7 @@ def test_divergence_names_a_checkpoint_followed_by_a_sane_loss_not_a_finite_expl
         if name.endswith(".index"):
             assert non_finite_tensors(workdir / "checkpoints" / name[:-6]) == [], name
     first, after = recorded_losses(workdir)
-    limit = loop.SANE_LOSS_FACTOR * max(np.log(10), first)
+    limit = checkpoints.SANE_LOSS_FACTOR * max(np.log(10), first)
     assert after[step] <= limit  # the step after it had a sane loss
     stopped = int(re.search(r"at step (\d+)", message).group(1))
     # Every later checkpoint, finite but exploded (its next loss over the limit) or the one whose step overflowed,
@@ -154,10 +155,10 @@ def test_advised_rerun_with_a_lower_learning_rate_resumes_and_finishes(diverged,
     workdir = tmp_path / "run"
     shutil.copytree(source, workdir)
     # The advice without --resume_with_changes is refused, and the refusal names the flag.
-    with pytest.raises(loop.WorkdirError, match="learning_rate.*--resume_with_changes"):
+    with pytest.raises(WorkdirError, match="learning_rate.*--resume_with_changes"):
         run(workdir, **{**DIVERGING, "learning_rate": 1e-3})
     # A model change stays refused, with or without the flag.
-    with pytest.raises(loop.WorkdirError, match="hidden_size cannot change"):
+    with pytest.raises(WorkdirError, match="hidden_size cannot change"):
         run(workdir, **{**DIVERGING, "learning_rate": 1e-3, "hidden_size": 32}, resume_with_changes=True)
     status, out, err = cli(capsys, workdir, "--resume_with_changes",
                            **{**DIVERGING, "grad_clip_norm": 0, "learning_rate": 1e-3})  # 0: no clipping
@@ -171,7 +172,7 @@ def test_advised_rerun_with_a_lower_learning_rate_resumes_and_finishes(diverged,
     assert config.Config.from_json((workdir / "config.json").read_text()).learning_rate == 1e-3
     assert non_finite_tensors(workdir / "checkpoints" / "ckpt-10") == []
     first, after = recorded_losses(workdir)  # every step after a checkpoint of the rerun had a sane loss
-    assert all(after[n] <= loop.SANE_LOSS_FACTOR * max(np.log(10), first) for n in range(step, 10))
+    assert all(after[n] <= checkpoints.SANE_LOSS_FACTOR * max(np.log(10), first) for n in range(step, 10))
 
 
 # --- 3, 7: damaged checkpoints ----------------------------------------------------------------------------
@@ -241,7 +242,7 @@ def test_unreadable_checkpoints_are_refused_unless_overwritten(finished, tmp_pat
     shutil.copytree(finished, workdir)
     for number in (4, 6):
         (workdir / "checkpoints" / f"ckpt-{number}.data-00000-of-00001").write_bytes(b"garbage")
-    with pytest.raises(loop.WorkdirError, match=r"none can be restored.*ckpt-6.*ckpt-4.*--overwrite_checkpoints"):
+    with pytest.raises(WorkdirError, match=r"none can be restored.*ckpt-6.*ckpt-4.*--overwrite_checkpoints"):
         run(workdir, **FINISHED)
     assert checkpoint_numbers(workdir) == [4, 6]  # nothing deleted
     out = run(workdir, **FINISHED, overwrite_checkpoints=True)
@@ -253,7 +254,7 @@ def test_a_run_from_before_a_changed_default_resumes_with_the_old_value_given(fi
     workdir = tmp_path / "run"
     shutil.copytree(finished, workdir)
     assert json.loads((workdir / "config.json").read_text())["classifier"] is None  # the [class] token
-    with pytest.raises(loop.WorkdirError, match=r"classifier.*where a default changed since that run"):
+    with pytest.raises(WorkdirError, match=r"classifier.*where a default changed since that run"):
         run(workdir, **FINISHED, classifier="gap")
     out = run(workdir, **FINISHED, classifier="token")  # the same head, spelt out
     assert "resumed from" in out and "after 6 steps" in out.strip().splitlines()[-1]
@@ -297,7 +298,7 @@ def test_a_read_only_workdir_is_refused(tmp_path, how):
         if workdir is None:
             pytest.skip("no /proc or /sys (not Linux)")
     try:
-        with pytest.raises(loop.WorkdirError, match=f"Cannot write to --workdir={str(workdir)!r}"):
+        with pytest.raises(WorkdirError, match=f"Cannot write to --workdir={str(workdir)!r}"):
             run(workdir, steps=1)
     finally:
         if how == "permissions":
@@ -334,7 +335,7 @@ def test_a_second_run_on_a_workdir_in_use_is_refused_naming_the_holder(tmp_path,
         assert "workdir_lock" in lines[0] and "use another --workdir" in lines[0]  # its command
         assert sorted(os.listdir(workdir)) == [".lock"]  # refused before it wrote anything: no config, no checkpoint
         # The holder is named by the lock it holds: the same in-process run is refused too.
-        with pytest.raises(loop.WorkdirError, match=f"pid {pid} "):
+        with pytest.raises(WorkdirError, match=f"pid {pid} "):
             run(workdir, steps=2)
     # The holder was killed without releasing it (a crash): the kernel dropped its flock; the next run takes the
     # lock over, says whose it was, and trains.
@@ -350,10 +351,10 @@ def test_a_second_run_on_a_workdir_in_use_is_refused_naming_the_holder(tmp_path,
 def test_the_lock_is_released_when_a_run_fails(tmp_path):
     workdir = tmp_path / "run"
     run(workdir, steps=2)
-    with pytest.raises(loop.WorkdirError, match="different config"):
+    with pytest.raises(WorkdirError, match="different config"):
         run(workdir, steps=2, seed=5)
     assert (workdir / ".lock").read_text() == ""
-    with pytest.raises(loop.TrainingDiverged):  # a diverging run in a fresh workdir releases it too
+    with pytest.raises(checkpoints.TrainingDiverged):  # a diverging run in a fresh workdir releases it too
         run(tmp_path / "diverging", steps=10, warmup_steps=0, checkpoint_every=1, learning_rate=1e15)
     assert (tmp_path / "diverging" / ".lock").read_text() == ""
     out = run(workdir, steps=2)  # not held: the same workdir resumes (finished: it only evaluates)
@@ -399,7 +400,7 @@ def test_the_header_check_agrees_with_tensorflows_decoder(tmp_path):
             decodes = True
         except (tf.errors.InvalidArgumentError, ValueError):
             decodes = False
-        problem = data.image_problem(str(path))
+        problem = image_checks.image_problem(str(path))
         assert (problem is None) == decodes, (name, problem)
         assert name.startswith("good.") == decodes, name
 
@@ -411,7 +412,7 @@ def test_bad_images_in_either_split_stop_the_run_before_training_naming_them(tmp
     good = (root / "validation" / "blue" / "0.png").read_bytes()
     (root / "validation" / "blue" / "cut.png").write_bytes(good[: len(good) // 2])
     dataset = f"folder:{root}"
-    with pytest.raises(data.InvalidDatasetError) as info:
+    with pytest.raises(sources.InvalidDatasetError) as info:
         run(tmp_path / "run", dataset=dataset, steps=2)
     message = str(info.value)
     for bad in (root / "train" / "red" / "bad.png", root / "validation" / "blue" / "cut.png"):
@@ -429,11 +430,11 @@ def test_an_empty_class_folder_is_refused_naming_it(tmp_path):
     write_folder(root)
     (root / "train" / "purple").mkdir()
     (root / "train" / "purple" / "notes.txt").write_text("no images here")
-    with pytest.raises(data.InvalidDatasetError, match=re.escape(str(root / "train" / "purple"))) as info:
-        data.dataset_source(f"folder:{root}", "validation")
+    with pytest.raises(sources.InvalidDatasetError, match=re.escape(str(root / "train" / "purple"))) as info:
+        sources.dataset_source(f"folder:{root}", "validation")
     assert "delete the folder" in str(info.value)
     os.remove(root / "train" / "purple" / "notes.txt")
     os.rmdir(root / "train" / "purple")
     os.remove(root / "validation" / "red" / "0.png")  # a class may be rarer, or absent, in the eval split
     os.remove(root / "validation" / "red" / "1.png")
-    assert data.dataset_source(f"folder:{root}", "validation").num_classes == 3
+    assert sources.dataset_source(f"folder:{root}", "validation").num_classes == 3

@@ -34,24 +34,35 @@ CROPS = ("inception", "translate", "none")
 AUGMENT_LIBRARIES = ("keras", "keras_cv")  # where RandAugment / Mixup / CutMix come from (training.augment)
 SMALL_IMAGE = 64  # at most this many pixels a side: translation, not crops, and no flips (glyphs, icons)
 
-# Fields that a run may change when it resumes with `--resume_with_changes`: they change the optimisation from
-# the restored step on (the schedule and its length, the update rule's hyperparameters, the loss), not the
-# model's or the optimizer's variables, nor the data stream. `optimizer`, `mixed_precision`,
-# `global_batch_size`, `seed` and the model and data fields are not among them.
-OPTIMISATION_FIELDS = ("learning_rate", "warmup_steps", "schedule", "steps", "epochs", "weight_decay",
-                       "grad_clip_norm", "label_smoothing", "beta_1", "beta_2", "momentum")
-
 # The small model of the embedded demo; any `keras_vit.variants` name (e.g. "vit_ti16") is accepted too.
 TINY_MODEL = dict(patch_size=4, hidden_size=64, num_layers=4, num_heads=4, mlp_dim=128)
 
 
-def _field(default, help=None, **flag):
-    """A `Config` field and its command-line flag (`training/train.py` defines one for each field with `help`).
+RESUME_ROLES = ("free", "optimisation")
+"""How a field may change when a run resumes (metadata `resume`; unset: it may not, as the model and data fields):
+`"free"` (it does not change what is computed: logging, checkpointing, export, the device setup) or
+`"optimisation"` (with `--resume_with_changes` only: it changes the optimisation from the restored step on, the
+schedule and its length, the update rule's hyperparameters, the loss; not the model's or the optimizer's
+variables, nor the data stream)."""
 
-    `flag`: `enum_values` (a choice), `lower_bound`, `kind` (the absl flag type where the field's type does not
-    say it) and `from_flag` (converts the flag's value to the field's).
+
+def _field(default, help=None, *, vit_argument=False, vit_only=None, resume=None, **flag):
+    """A `Config` field, declared once with its roles and its command-line flag (`training/train.py` defines one
+    for each field with `help`); the lists of fields by role (`fields_where`) are computed from these.
+
+    Args:
+        default: the field's default (the demo's).
+        help: the flag's help text; None: not a flag.
+        vit_argument: the field is the `keras_vit.ViT` argument of its name (`Config.model_kwargs`).
+        vit_only: a BiT model refuses any value but the default (default: `vit_argument`).
+        resume: one of `RESUME_ROLES`, or None.
+        **flag: `enum_values` (a choice), `lower_bound`, `kind` (the absl flag type where the field's type does not
+            say it) and `from_flag` (converts the flag's value to the field's).
     """
-    return dataclasses.field(default=default, metadata=dict(flag, help=help) if help else {})
+    if resume not in (None, *RESUME_ROLES):
+        raise ValueError(f"`resume` must be None or one of {RESUME_ROLES}. Received: resume={resume!r}")
+    roles = dict(vit_argument=vit_argument, vit_only=vit_argument if vit_only is None else vit_only, resume=resume)
+    return dataclasses.field(default=default, metadata=dict(flag, help=help, **roles) if help else roles)
 
 
 def _parse_randaugment(text):
@@ -78,42 +89,42 @@ class Config:
     """
 
     recipe: str = "demo"
-    recipe_reason: str | None = None  # why the recipe was chosen, when no --recipe was given
+    recipe_reason: str | None = _field(None, resume="free")  # why the recipe was chosen, when no --recipe was given
     # Model.
     model: str = _field("tiny", "'tiny' or a variant name such as vit_ti16, vit_b16, vit_l16; or the BiT ResNet "
                         "baseline, from scratch: bit_r50x1, or bit_tiny (a miniature) (training.model).")
-    patch_size: int | None = _field(None, _OVERRIDE.format("patch_size"), lower_bound=1)
-    hidden_size: int | None = _field(None, _OVERRIDE.format("hidden_size"), lower_bound=1)
-    num_layers: int | None = _field(None, _OVERRIDE.format("num_layers"), lower_bound=1)
-    num_heads: int | None = _field(None, _OVERRIDE.format("num_heads"), lower_bound=1)
-    mlp_dim: int | None = _field(None, _OVERRIDE.format("mlp_dim"), lower_bound=1)
+    patch_size: int | None = _field(None, _OVERRIDE.format("patch_size"), lower_bound=1, vit_argument=True)
+    hidden_size: int | None = _field(None, _OVERRIDE.format("hidden_size"), lower_bound=1, vit_argument=True)
+    num_layers: int | None = _field(None, _OVERRIDE.format("num_layers"), lower_bound=1, vit_argument=True)
+    num_heads: int | None = _field(None, _OVERRIDE.format("num_heads"), lower_bound=1, vit_argument=True)
+    mlp_dim: int | None = _field(None, _OVERRIDE.format("mlp_dim"), lower_bound=1, vit_argument=True)
     classifier: str | None = _field(  # None: the checkpoint's with --weights, else "token"
-        None, "token ([class] token) or gap (mean of the patch tokens).", enum_values=["token", "gap"])
-    representation_size: int | None = _field(None, "Width of the tanh pre-logits layer (imagenet21k pre-training).")
+        None, "token ([class] token) or gap (mean of the patch tokens).", enum_values=["token", "gap"], vit_argument=True)
+    representation_size: int | None = _field(None, "Width of the tanh pre-logits layer (imagenet21k pre-training).", vit_argument=True)
     qkv_bias: bool | None = _field(  # None: the checkpoint's with --weights, else the variant's (biases)
-        None, "Biases on the attention's query/key/value projections (default: the checkpoint's, else on).")
+        None, "Biases on the attention's query/key/value projections (default: the checkpoint's, else on).", vit_argument=True)
     initialization: str | None = _field(  # None: keras_vit's default, "scratch" without --weights
         None, "How a ViT without --weights starts (keras_vit.initialization): scratch (smaller patch and attention "
         "kernels and a non-zero head, better from scratch on small data; the default) or official (the Flax code's: the paper's recipes). "
         "A BiT model starts as BiT does.",
-        enum_values=["scratch", "official"])
+        enum_values=["scratch", "official"], vit_argument=True, vit_only=False)
     pos_embedding: str | None = _field(  # None: the checkpoint's with --weights, else "learned"
         None, "learned (the paper's 1-D table) or sincos2d (big_vision's fixed 2-D sin-cos table, no weights).",
-        enum_values=["learned", "sincos2d"])
+        enum_values=["learned", "sincos2d"], vit_argument=True)
     head_bias_init: float = _field(0.0, "Initial head bias (-10 in the imagenet21k pre-training).")
     rematerialize: bool = _field(True, "Recompute each block's MLP hidden layer and attention probabilities in the "
                                  "backward pass instead of storing them (keras_vit.ViT's rematerialize): the same "
-                                 "gradients with less memory and some more compute; false stores them.")
-    dropout_rate: float = _field(0.0, "Dropout rate.")
-    drop_path_rate: float = _field(0.0, "Stochastic depth rate.")
+                                 "gradients with less memory and some more compute; false stores them.", vit_argument=True, resume="free")
+    dropout_rate: float = _field(0.0, "Dropout rate.", vit_argument=True)
+    drop_path_rate: float = _field(0.0, "Stochastic depth rate.", vit_argument=True)
     weights: str | None = _field(
         None, "Initial weights for fine-tuning: a published name or a file (keras_vit.ViT(weights=)).")
     zero_head: bool = _field(False, "Zero-initialise the head (on in --recipe=finetune).")
     # Data.
     dataset: str | None = _field(
         "digits", "digits (embedded), folder:PATH (ImageFolder) or a tensorflow-datasets name.")
-    data_dir: str | None = _field(None, "tensorflow-datasets data directory.")
-    download: bool = _field(False, "Let tensorflow-datasets download and prepare a missing dataset.")
+    data_dir: str | None = _field(None, "tensorflow-datasets data directory.", resume="free")
+    download: bool = _field(False, "Let tensorflow-datasets download and prepare a missing dataset.", resume="free")
     train_split: str | None = _field(None, "Training split (default train).")
     eval_split: str | None = _field(None, "Evaluation split (default test, val or validation).")
     image_size: int = _field(16, "Training and evaluation resolution.", lower_bound=1)
@@ -131,52 +142,50 @@ class Config:
         '"keras-vit[keras-cv]").', enum_values=list(AUGMENT_LIBRARIES))
     shuffle_buffer: int = _field(10_000, "Shuffle buffer in examples.")
     # Optimisation.
-    steps: int | None = _field(None, "Training steps (replaces --epochs).")
-    epochs: float | None = _field(None, "Training epochs (replaces --steps).")
+    steps: int | None = _field(None, "Training steps (replaces --epochs).", resume="optimisation")
+    epochs: float | None = _field(None, "Training epochs (replaces --steps).", resume="optimisation")
     global_batch_size: int = _field(128, "Batch size summed over all replicas.")
     optimizer: str = _field("adam", "adam, adamw (decoupled weight decay) or sgd (momentum).",
                             enum_values=list(OPTIMIZERS))
-    learning_rate: float = _field(1e-3, "Peak learning rate.")
-    beta_1: float = _field(0.9, "Adam beta_1.")
-    beta_2: float = _field(0.999, "Adam beta_2.")
-    momentum: float = _field(0.9, "SGD momentum.")
-    schedule: str = _field("cosine", "Decay after warm-up.", enum_values=list(SCHEDULES))
-    warmup_steps: int = _field(0, "Linear warm-up steps.")
-    weight_decay: float = _field(0.0, "Decoupled weight decay on kernels (0 disables).")
+    learning_rate: float = _field(1e-3, "Peak learning rate.", resume="optimisation")
+    beta_1: float = _field(0.9, "Adam beta_1.", resume="optimisation")
+    beta_2: float = _field(0.999, "Adam beta_2.", resume="optimisation")
+    momentum: float = _field(0.9, "SGD momentum.", resume="optimisation")
+    schedule: str = _field("cosine", "Decay after warm-up.", enum_values=list(SCHEDULES), resume="optimisation")
+    warmup_steps: int = _field(0, "Linear warm-up steps.", resume="optimisation")
+    weight_decay: float = _field(0.0, "Decoupled weight decay on kernels (0 disables).", resume="optimisation")
     grad_clip_norm: float | None = _field(1.0, "Clip the global gradient norm (0 disables).",
-                                          from_flag=lambda value: value or None)
-    label_smoothing: float = _field(0.0, "Label smoothing.")
+                                          from_flag=lambda value: value or None, resume="optimisation")
+    label_smoothing: float = _field(0.0, "Label smoothing.", resume="optimisation")
     # Runtime.
     mixed_precision: str = _field("none", "none, bfloat16 or float16 (with loss scaling).",
                                   enum_values=list(PRECISIONS))
-    jit_compile: bool = _field(False, "XLA-compile the training step.")
-    strategy: str = _field("auto", "tf.distribute strategy.", enum_values=list(STRATEGIES))
-    tpu: str | None = _field(None, "TPU name or address for TPUClusterResolver ('local' on a TPU VM).")
-    workdir: str = _field("workdir", "Where config, checkpoints, summaries, metrics and the export go.")
+    jit_compile: bool = _field(False, "XLA-compile the training step.", resume="free")
+    strategy: str = _field("auto", "tf.distribute strategy.", enum_values=list(STRATEGIES), resume="free")
+    tpu: str | None = _field(None, "TPU name or address for TPUClusterResolver ('local' on a TPU VM).", resume="free")
+    workdir: str = _field("workdir", "Where config, checkpoints, summaries, metrics and the export go.", resume="free")
     seed: int = _field(0, "Seed of initialisation, data order and augmentation.")
-    checkpoint_every: int = _field(500, "Checkpoint every N steps (and at the end).")
-    keep_checkpoints: int = _field(2, "Checkpoints kept.")
+    checkpoint_every: int = _field(500, "Checkpoint every N steps (and at the end).", resume="free")
+    keep_checkpoints: int = _field(2, "Checkpoints kept.", resume="free")
     log_every: int | None = _field(  # None: about 20 lines a run (training.progress.log_cadence)
-        None, "Progress and summaries every N steps (default: about 20 lines a run).")
-    eval_every: int | None = _field(None, "Evaluate every N steps (default: only at the end).")
-    export: bool = _field(True, "Save model.keras and export a SavedModel at the end.")
-    show_predictions: int = _field(8, "Test images classified with the exported model at the end.")
+        None, "Progress and summaries every N steps (default: about 20 lines a run).", resume="free")
+    eval_every: int | None = _field(None, "Evaluate every N steps (default: only at the end).", resume="free")
+    export: bool = _field(True, "Save model.keras and export a SavedModel at the end.", resume="free")
+    show_predictions: int = _field(8, "Test images classified with the exported model at the end.", resume="free")
 
     def __post_init__(self):
         _validate(self)
 
     def model_kwargs(self) -> dict:
-        """Architecture keyword arguments of `keras_vit.ViT` (variant or tiny model, then overrides)."""
+        """The `keras_vit.ViT` keyword arguments of the config: the variant's (or the tiny model's) architecture,
+        then every `vit_argument` field that is set (not None)."""
         if self.model == "tiny":
             args = dict(TINY_MODEL)
         else:
             from keras_vit.variants import get_variant
 
             args = get_variant(self.model).architecture()
-        for key in ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim", "qkv_bias", "initialization",
-                    "pos_embedding"):
-            if getattr(self, key) is not None:
-                args[key] = getattr(self, key)
+        args.update({name: getattr(self, name) for name in VIT_ARGUMENTS if getattr(self, name) is not None})
         return args
 
     def train_steps(self, num_train_examples: int) -> int:
@@ -196,6 +205,26 @@ class Config:
         if values.get("randaugment") is not None:
             values["randaugment"] = tuple(values["randaugment"])
         return cls(**values)
+
+
+def fields_where(role: str, *values) -> tuple[str, ...]:
+    """The `Config` fields whose metadata `role` is one of `values`, in declaration order.
+
+    Example:
+        >>> fields_where("resume", "optimisation")[:3]
+        ('steps', 'epochs', 'learning_rate')
+    """
+    return tuple(f.name for f in dataclasses.fields(Config) if f.metadata.get(role) in values)
+
+
+VIT_ARGUMENTS = fields_where("vit_argument", True)
+"""The fields that are `keras_vit.ViT` arguments of the same name (`Config.model_kwargs`)."""
+VIT_ONLY_FIELDS = fields_where("vit_only", True)
+"""The fields a BiT model refuses any value but the default for (`training.model.check_model`)."""
+OPTIMISATION_FIELDS = fields_where("resume", "optimisation")
+"""The fields `--resume_with_changes` lets change on resume."""
+RESUMABLE_FIELDS = fields_where("resume", "free")
+"""The fields that may change on any resume: they do not change what is computed."""
 
 
 # Paper Table 3 (pre-training), Appendix B.1.1 (fine-tuning), big_vision AugReg configs, and the small-data

@@ -23,14 +23,15 @@ Writes into `--out`: `results.json` (every run: model, subset fraction and size,
 accuracies, FLOPs, wall time; the attention distances; the reading), `data_size.png`, `compute.png`,
 `attention_distance.png`, and `index.html` with the figures, a table and a paragraph read off the numbers.
 
-Data come from the training app (`training.data`): `digits` (embedded), `folder:PATH` or a prepared
-tensorflow-datasets name, with the app's augmentation and, for a folder, the app's check of its images before
-anything trains (headers, `--max_image_pixels`, a full decode: a bad file is named, or left out with
-`--skip_bad_images`); the recipe is the app's (`training.config`, the one
-`python -m training.train` would choose for the dataset) and its optimizer (`training.optim`), under
-`--strategy` (`training.distribute`). Each run trains with `model.fit`: the app's loop (`training.loop`)
-builds one model from a config, reads whole named splits, and writes a workdir with checkpoints and an
-export per run, which a study of many short runs on subsets of a split does not need. One baseline alone
+Data come from the training app (`training.sources`, `training.data`; the subsets and their batches:
+`training.experiments_data`): `digits` (embedded), `folder:PATH` or a prepared tensorflow-datasets name, with
+the app's augmentation and, for a folder, the app's check of its images before anything trains
+(`training.image_checks`: headers, `--max_image_pixels`, a full decode: a bad file is named, or left out with
+`--skip_bad_images`); the recipe is the app's (`training.config`, the one `python -m training.train` would
+choose for the dataset) and its optimizer (`training.optim`), under `--strategy` (`training.distribute`). Each
+run trains with `model.fit` (`training.experiments_trainer`): the app's loop (`training.loop`) builds one model
+from a config, reads whole named splits, and writes a workdir with checkpoints and an export per run, which a
+study of many short runs on subsets of a split does not need. One baseline alone
 trains with the app: `python -m training.train --model=bit_r50x1` (BiT-R50x1 from scratch) or
 `--model=bit_tiny` (the "bit" model here).
 """
@@ -46,7 +47,9 @@ import numpy as np
 from absl import flags
 
 from keras_vit import cli
+from training.experiments_data import check_images, nested_subsets, split_labels, splits, train_dataset
 from training.experiments_models import MODELS, PATCH, STUDIES
+from training.experiments_trainer import ProgressCallback, Trainer, predict
 
 FRACTIONS = (0.05, 0.1, 0.25, 0.5, 1.0)
 HEADLINE_SHOTS = 5  # the few-shot accuracy of the figures (paper Figure 4: linear 5-shot)
@@ -74,7 +77,8 @@ class Setup:
     attention_images: int = 64
     jit_compile: bool = True
     skip_bad_images: bool = False
-    max_image_pixels: int | None = None  # None: the app's default (training.data.DEFAULT_MAX_IMAGE_PIXELS); 0: none
+    # None: the app's default (training.image_checks.DEFAULT_MAX_IMAGE_PIXELS); 0: no limit
+    max_image_pixels: int | None = None
 
     def __post_init__(self):
         check_setup(self)
@@ -99,38 +103,6 @@ def check_setup(setup: Setup) -> None:
         raise ValueError(f"`shots` must be positive integers. Received: shots={setup.shots}")
 
 
-# --- data --------------------------------------------------------------------------------------------------
-
-
-def nested_subsets(labels, fractions, seed=0) -> dict:
-    """Nested, class-stratified subsets of a split: {fraction: sorted example indices}.
-
-    Every class's examples are shuffled (by `seed`) and ranked; an example's place in the one order is its
-    rank relative to its class size (ties broken at random), so every prefix of the order holds each class in
-    proportion, and a subset is a prefix: the smaller subsets are contained in the larger ones. The same
-    labels, fractions and seed give the same subsets.
-
-    Args:
-        labels: int array (N,) of the split's labels.
-        fractions: fractions of the split in (0, 1]; a subset has max(1, round(f * N)) examples.
-        seed: seed of the order.
-
-    Example:
-        >>> labels = np.array([0, 0, 0, 0, 1, 1, 1, 1])
-        >>> subsets = nested_subsets(labels, (0.25, 0.5, 1.0))
-        >>> [len(subsets[f]) for f in (0.25, 0.5, 1.0)], labels[subsets[0.25]].tolist()
-        ([2, 4, 8], [0, 1])
-    """
-    labels = np.asarray(labels)
-    rng = np.random.default_rng(seed)
-    keys = np.empty(len(labels))
-    for label in np.unique(labels):
-        members = rng.permutation(np.flatnonzero(labels == label))
-        keys[members] = (np.arange(len(members)) + 0.5) / len(members)
-    order = np.lexsort((rng.permutation(len(labels)), keys))
-    return {f: np.sort(order[: max(1, int(round(f * len(labels))))]) for f in fractions}
-
-
 def recipe(setup: Setup):
     """The training app's recipe for the dataset (`training.config.make_config` without `--recipe`: the
     digits demo's for `digits`, the small-data one otherwise), for `setup.steps` steps."""
@@ -141,137 +113,8 @@ def recipe(setup: Setup):
                        jit_compile=setup.jit_compile)
 
 
-def _splits(setup: Setup):
-    from training import data
-
-    default_train, default_eval = data.default_splits(setup.dataset, setup.data_dir)
-    return setup.train_split or default_train, setup.eval_split or default_eval
-
-
-def check_images(setup: Setup, train_split: str, eval_split: str, log=print) -> frozenset:
-    """The training app's check of a folder dataset's images before anything trains (`training.data.check_images`:
-    headers, the pixel limit, a full decode of both splits): the bad files to skip with `skip_bad_images`, else
-    `training.data.InvalidDatasetError` naming them."""
-    from training import data
-
-    limit = data.DEFAULT_MAX_IMAGE_PIXELS if setup.max_image_pixels is None else setup.max_image_pixels
-    skip = data.check_images(setup.dataset, (train_split, eval_split), skip=setup.skip_bad_images,
-                             max_pixels=limit or None, log=log)
-    if skip:
-        log(f"skipping {len(skip)} image file(s) of {data.shown_path(setup.dataset)} that cannot be used "
-            f"(--skip_bad_images), e.g. {data.shown_path(min(skip))}")
-    return skip
-
-
-def split_labels(source) -> np.ndarray:
-    """The labels of a `training.data.Source`, in element order (the images are not decoded)."""
-    return np.concatenate([np.asarray(labels) for _, labels in source.elements.map(
-        lambda image, label: (0, label)).batch(4096).as_numpy_iterator()])
-
-
-def train_dataset(source, indices, cfg, seed):
-    """Endless training batches of the examples `indices` of `source`, with the app's augmentation
-    (`training.data.train_image`, `cfg`'s crop and flip, stateless per element) and one-hot labels."""
-    import tensorflow as tf
-
-    from training import data
-
-    keep = np.zeros(source.num_examples, bool)
-    keep[np.asarray(indices)] = True
-    keep = tf.constant(keep)
-    size = (cfg.image_size, cfg.image_size)
-    num_classes = source.num_classes
-
-    def kept(index, element):
-        return keep[index]
-
-    def decoded(index, element):
-        image, label = element
-        return source.decode(image), label
-
-    ds = source.elements.enumerate().filter(kept).map(decoded, num_parallel_calls=tf.data.AUTOTUNE).cache()
-    ds = ds.shuffle(len(indices), seed=seed, reshuffle_each_iteration=True).repeat().enumerate()
-
-    def prepare(index, element):
-        image, label = element
-        image = data.train_image(image, size, tf.stack([tf.constant(seed, tf.int64), index]), cfg.crop,
-                                 cfg.crop_min_area, cfg.flip)
-        return image, tf.one_hot(label, num_classes)
-
-    ds = ds.map(prepare, num_parallel_calls=tf.data.AUTOTUNE).batch(cfg.global_batch_size, drop_remainder=True)
-    ds = ds.map(lambda images, labels: (data.to_model_range(images), labels))
-    options = tf.data.Options()
-    options.deterministic = True
-    return ds.with_options(options).prefetch(tf.data.AUTOTUNE)
-
-
-# --- models ------------------------------------------------------------------------------------------------
-
-
-def build_model(name: str, image_size: int, classes: int):
-    """A model of `MODELS` for (image_size, image_size, 3) images in [-1, 1], returning logits."""
-    import keras_vit
-
-    spec = MODELS[name]
-    builder = keras_vit.BiT if spec.family == "bit" else keras_vit.ViT
-    return builder(**spec.arguments, input_shape=(image_size, image_size, 3), classes=classes,
-                   classifier_activation=None, name=name)
-
-
 def is_transformer(name: str) -> bool:
     return MODELS[name].family == "vit"
-
-
-class _Trainer:
-    """One compiled model per architecture, reinitialised for each run: the training step is traced (and
-    XLA-compiled) once per architecture, not once per run."""
-
-    def __init__(self, name, setup, cfg, strategy, num_classes):
-        import keras
-
-        from keras_vit.flops import forward_flops
-        from training import fewshot, optim
-
-        self.name, self.setup, self.cfg, self.strategy, self.num_classes = name, setup, cfg, strategy, num_classes
-        with strategy.scope():
-            self.model = build_model(name, setup.image_size, num_classes)
-            self.optimizer = optim.make_optimizer(cfg, setup.steps, self.model)
-            if cfg.grad_clip_norm:
-                self.optimizer.global_clipnorm = cfg.grad_clip_norm  # the app's global-norm clipping
-            self.model.compile(
-                optimizer=self.optimizer,
-                loss=keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=cfg.label_smoothing),
-                jit_compile=cfg.jit_compile,
-            )
-        self.representation = fewshot.representation_model(self.model)
-        self.forward_flops = forward_flops(self.model)
-        self.parameters = self.model.count_params()
-        self.fresh = True
-
-    def reinitialise(self, seed):
-        """The weights of a model built with `seed`, and a new optimizer state (step 0 of the schedule)."""
-        import keras
-
-        keras.utils.set_random_seed(seed)
-        with self.strategy.scope():
-            weights = build_model(self.name, self.setup.image_size, self.num_classes).get_weights()
-        self.model.set_weights(weights)
-        for variable in self.optimizer.variables:
-            variable.assign(np.zeros(variable.shape, variable.dtype))
-        keras.utils.set_random_seed(seed)
-
-    def fit(self, dataset, callback):
-        self.model.fit(dataset, epochs=1, steps_per_epoch=self.setup.steps, verbose=0, callbacks=[callback],
-                       shuffle=False)
-
-
-def _predict(model, dataset):
-    """(outputs, labels) of a finite dataset of (images, labels) batches."""
-    outputs, labels = [], []
-    for images, batch_labels in dataset:
-        outputs.append(np.asarray(model.predict_on_batch(images), dtype=np.float32))
-        labels.append(np.asarray(batch_labels))
-    return np.concatenate(outputs), np.concatenate(labels)
 
 
 # --- the studies -------------------------------------------------------------------------------------------
@@ -292,20 +135,6 @@ def planned_runs(setup: Setup, studies=STUDIES) -> list[tuple[str, float, int]]:
     return sorted(wanted, key=lambda run: (setup.models.index(run[0]), run[1], run[2]))
 
 
-class _ProgressCallback:
-    """A Keras callback feeding `training.progress.Progress` with the steps of all the runs."""
-
-    def __new__(cls, shown, done):
-        import keras
-
-        class Callback(keras.callbacks.Callback):
-            def on_train_batch_end(self, batch, logs=None):
-                loss = (logs or {}).get("loss")
-                values = {} if loss is None else {"loss": float(loss)}
-                shown.update(done + batch + 1, **values)
-
-        return Callback()
-
 
 def train_runs(setup: Setup, studies=STUDIES, log=print) -> dict:
     """Trains and scores every run the studies need (`planned_runs`).
@@ -316,12 +145,13 @@ def train_runs(setup: Setup, studies=STUDIES, log=print) -> dict:
     """
     from keras_vit import inspect
     from training import data, distribute, fewshot, optim, progress
+    from training.sources import dataset_source
 
     cfg = recipe(setup)
     strategy = distribute.make_strategy(setup.strategy)
-    train_split, eval_split = _splits(setup)
+    train_split, eval_split = splits(setup)
     skip = check_images(setup, train_split, eval_split, log)
-    source = data.dataset_source(setup.dataset, train_split, setup.data_dir, skip_files=skip)
+    source = dataset_source(setup.dataset, train_split, setup.data_dir, skip_files=skip)
     labels = split_labels(source)
     subsets = nested_subsets(labels, setup.fractions, setup.subset_seed)
     batch = setup.global_batch_size
@@ -346,12 +176,12 @@ def train_runs(setup: Setup, studies=STUDIES, log=print) -> dict:
         if name not in trainers:
             for other in list(trainers):  # one architecture at a time: the runs are ordered by model
                 del trainers[other]
-            trainers[name] = _Trainer(name, setup, cfg, strategy, num_classes)
+            trainers[name] = Trainer(name, setup, cfg, strategy, num_classes)
         trainer = trainers[name]
         trainer.reinitialise(seed)
         indices = subsets[fraction]
-        trainer.fit(train_dataset(source, indices, cfg, seed), _ProgressCallback(shown, number * setup.steps))
-        logits, test_labels = _predict(trainer.model, eval_ds)
+        trainer.fit(train_dataset(source, indices, cfg, seed), ProgressCallback(shown, number * setup.steps))
+        logits, test_labels = predict(trainer.model, eval_ds)
         accuracy = float(np.mean(logits.argmax(-1) == test_labels))
         train_x, train_y = fewshot.representations(trainer.representation, pool_ds)
         test_x, test_y = fewshot.representations(trainer.representation, eval_ds)

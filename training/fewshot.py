@@ -15,7 +15,7 @@ a folder's images are checked first as the training app checks them (a bad file 
 `--skip_bad_images`).
 With a variant name `--weights` is required (`--weights=none` for random weights, whose few-shot accuracy
 means nothing); a `.keras` model has its own. The flags are spelled as `training.train`'s: `--eval_split` and
-`--global_batch_size` (`--test_split` and `--batch_size` are their old names here).
+`--global_batch_size`.
 """
 
 from __future__ import annotations
@@ -208,7 +208,6 @@ flags.DEFINE_integer("global_batch_size", 64, "Batch size of the representation 
                      flag_values=FLAGS)
 cli.define_verbose(FLAGS)
 
-RENAMED = {"test_split": "eval_split", "batch_size": "global_batch_size"}
 
 
 def _shots():
@@ -231,16 +230,18 @@ cli.add_check(FLAGS, _check)
 
 def run(argv):
     from training import data
+    from training.image_checks import check_images
+    from training.sources import default_splits, shown_path
 
     shots = _shots()
     model = load_representation_model(FLAGS.model, FLAGS.weights, FLAGS.image_size, FLAGS.classifier)
     image_size = model.input_shape[1]
-    default_train, default_test = data.default_splits(FLAGS.dataset, FLAGS.data_dir)
+    default_train, default_test = default_splits(FLAGS.dataset, FLAGS.data_dir)
     splits = {"train": FLAGS.train_split or default_train, "test": FLAGS.eval_split or default_test}
-    skip = data.check_images(FLAGS.dataset, tuple(splits.values()), skip=FLAGS.skip_bad_images, log=print)
+    skip = check_images(FLAGS.dataset, tuple(splits.values()), skip=FLAGS.skip_bad_images, log=print)
     if skip:
         print(f"skipping {len(skip)} image file(s) that cannot be used (--skip_bad_images), e.g. "
-              f"{data.shown_path(min(skip))}")
+              f"{shown_path(min(skip))}")
     arrays = {}
     for role, split in splits.items():
         cli.progress(f"computing the representations of {FLAGS.dataset} {split} ...")
@@ -260,8 +261,8 @@ def run(argv):
 
 def main(argv=None) -> int:
     """The exit status of `python -m training.fewshot` with `argv` (default: `sys.argv[1:]`)."""
-    return cli.main(run, FLAGS, argv, usage=__doc__, renamed=RENAMED, tensorflow=True)
+    return cli.main(run, FLAGS, argv, usage=__doc__, tensorflow=True)
 
 
 if __name__ == "__main__":
-    cli.run(run, FLAGS, usage=__doc__, renamed=RENAMED, tensorflow=True)
+    cli.run(run, FLAGS, usage=__doc__, tensorflow=True)

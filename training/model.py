@@ -20,11 +20,6 @@ TINY_BIT = dict(block_units=(1, 1, 1), width=16, groups=8)
 BIT_MODELS = ("bit_tiny", *variants.BIT_MODELS)
 """The `--model` values that train a BiT ResNet (`keras_vit.BiT`) instead of a ViT."""
 
-VIT_ONLY_FIELDS = ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim", "qkv_bias", "pos_embedding",
-                   "classifier",
-                   "representation_size", "dropout_rate", "drop_path_rate", "rematerialize")
-"""Config fields that shape or regularise a ViT only; a BiT model refuses any value but their default."""
-
 
 class ModelBuildError(ValueError):
     """The run's model cannot be built: weights that do not fit it, or arguments it refuses (exit status 2)."""
@@ -39,7 +34,7 @@ def check_model(cfg, recipe: dict | None = None) -> None:
     """Raises ValueError for a `model` the app cannot build, or a BiT `model` with a ViT-only setting.
 
     A ViT `model` is "tiny" or a `keras_vit.variants` name; a BiT one trains from scratch (or from a Keras
-    weights file of the same architecture), so the ViT fields (`VIT_ONLY_FIELDS`) must keep their defaults
+    weights file of the same architecture), so the ViT fields (`training.config.VIT_ONLY_FIELDS`) must keep their defaults
     and `weights` must not be a published (ViT) checkpoint.
 
     Args:
@@ -59,8 +54,8 @@ def check_model(cfg, recipe: dict | None = None) -> None:
                 raise ValueError(f"{error} Or 'tiny', or a BiT ResNet: {', '.join(BIT_MODELS)}.") from None
         return
     defaults = {f.name: f.default for f in dataclasses.fields(cfg)}
-    for name in VIT_ONLY_FIELDS:
-        if name not in defaults or getattr(cfg, name) == defaults[name]:
+    for name in (f.name for f in dataclasses.fields(cfg) if f.metadata.get("vit_only")):  # config.VIT_ONLY_FIELDS
+        if getattr(cfg, name) == defaults[name]:
             continue
         value = getattr(cfg, name)
         source = (f" (set by --recipe={cfg.recipe}: choose another recipe)"
@@ -115,19 +110,8 @@ def _build(cfg, num_classes: int):
             model = applications.CONSTRUCTORS[name](**shape, name=name)
     else:
         name = cfg.model if cfg.model != "tiny" else "vit_tiny"
-        model = keras_vit.ViT(
-            image_size=cfg.image_size,
-            classes=num_classes,
-            classifier=cfg.classifier,
-            representation_size=cfg.representation_size,
-            weights=cfg.weights,
-            classifier_activation=None,
-            dropout_rate=cfg.dropout_rate,
-            drop_path_rate=cfg.drop_path_rate,
-            rematerialize=cfg.rematerialize,
-            name=name,
-            **cfg.model_kwargs(),
-        )
+        model = keras_vit.ViT(image_size=cfg.image_size, classes=num_classes, weights=cfg.weights,
+                              classifier_activation=None, name=name, **cfg.model_kwargs())
     head = model_parts.head(model)
     if cfg.zero_head:
         head.kernel.assign(keras.ops.zeros_like(head.kernel))

@@ -149,25 +149,29 @@ def main(argv):
     if not FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)  # TensorFlow's INFO lines would bury the progress
     cfg = config_from_flags()
-    from training import augment, data, loop  # imports TensorFlow and Keras only once the flags are valid
+    from training import augment, loop  # imports TensorFlow and Keras only once the flags are valid
+    from training.checkpoints import TrainingDiverged
+    from training.image_checks import DEFAULT_MAX_IMAGE_PIXELS
     from training.model import ModelBuildError
+    from training.sources import DatasetNotFoundError, InvalidDatasetError
+    from training.workdir import WorkdirError
 
     try:
         augment.layers_of(cfg.augment_library)
     except augment.MissingLibraryError as error:
         raise cli.UsageError(str(error)) from None
     try:
-        max_pixels = data.DEFAULT_MAX_IMAGE_PIXELS if FLAGS.max_image_pixels is None else FLAGS.max_image_pixels
+        max_pixels = DEFAULT_MAX_IMAGE_PIXELS if FLAGS.max_image_pixels is None else FLAGS.max_image_pixels
         loop.run(cfg, resume_with_changes=FLAGS.resume_with_changes, overwrite_checkpoints=FLAGS.overwrite_checkpoints,
                  skip_bad_images=FLAGS.skip_bad_images, max_image_pixels=max_pixels or None,
                  image_check=FLAGS.image_check)
-    except loop.TrainingDiverged as error:
+    except TrainingDiverged as error:
         print(f"error: {error}", file=sys.stderr, flush=True)
         sys.exit(1)
-    except (loop.WorkdirError, data.DatasetNotFoundError, data.InvalidDatasetError, ModelBuildError) as error:
+    except (WorkdirError, DatasetNotFoundError, InvalidDatasetError, ModelBuildError) as error:
         print(f"error: {error}", file=sys.stderr, flush=True)
         sys.exit(2)
 
 
 if __name__ == "__main__":
-    cli.run(main, usage=__doc__, positional=True, tensorflow=True)
+    cli.run(main, usage=__doc__, tensorflow=True)

@@ -1,13 +1,12 @@
 """`python -m keras_vit.inspect`: the paper's section 4.5 figures for a model and a few images.
 
-    python -m keras_vit.inspect --model=vit_b16 --weights=vit_b16.weights.h5 --out=report/ a.jpg b.jpg
-    python -m keras_vit.inspect --model=trained.keras --images=a.png --images=b.png --out=report/
+    python -m keras_vit.inspect --model=vit_b16 --weights=B16.npz --images=a.jpg --images=b.jpg --out=report/
+    python -m keras_vit.inspect --model=trained.keras --images=a.png --out=report/
 
 Writes attention_rollout.png, attention_distance.png, position_similarity.png, embedding_filters.png,
-summary.json and an index.html that shows them into `--out`. The images are the positional arguments and/or
-`--images` (repeatable; `--images a.jpg b.jpg` works too). With a variant name `--weights` is required
-(`--weights=none` for random weights, whose attention maps mean nothing); a `.keras` model has its own.
-`--image-size` is the old spelling of `--image_size`.
+summary.json and an index.html that shows them into `--out`. The images are given with `--images`, once per
+image. With a variant name `--weights` is required (`--weights=none` for random weights, whose attention maps
+mean nothing); a `.keras` model has its own.
 """
 
 import os
@@ -25,13 +24,21 @@ cli.define_model(FLAGS, required=True, refuse_bit=NOT_A_VIT)
 cli.define_weights(FLAGS, required=True, purpose="the attention maps and distances")
 cli.define_image_size(FLAGS)
 cli.define_classes(FLAGS)
-flags.DEFINE_multi_string("images", None, "An image file (any format PIL reads); repeatable, and more images "
-                          "may follow as positional arguments (default: only those; one image at least).",
-                          flag_values=FLAGS)
+flags.DEFINE_multi_string("images", None, "An image file (any format PIL reads); repeat it for each image: "
+                          "--images=a.jpg --images=b.jpg.", flag_values=FLAGS)
+cli.require(FLAGS, "images")
+
+
+def _missing_image(paths):
+    missing = [path for path in paths if not os.path.isfile(path)]
+    if missing:
+        raise flags.ValidationError(f"The image file does not exist: {missing[0]}")
+    return True
+
+
+flags.register_validator("images", _missing_image, flag_values=FLAGS)
 cli.define_out(FLAGS, "The output folder (created if missing).")
 cli.define_verbose(FLAGS)
-
-RENAMED = {"image-size": "image_size"}
 
 
 def load_model(model, weights=None, image_size=None):
@@ -63,24 +70,8 @@ def load_images(paths, size):
     return np.stack(images)
 
 
-def _image_paths(argv):
-    return [*(FLAGS.images or []), *argv[1:]]
-
-
-def _check_images(fv, argv):
-    paths = _image_paths(argv)
-    if not paths:
-        raise cli.UsageError("No images: pass image files as arguments or with --images.")
-    for path in paths:
-        if not os.path.isfile(path):
-            raise cli.UsageError(f"The image file does not exist. Received: {path!r}")
-
-
-cli.add_check(FLAGS, _check_images)
-
-
 def run(argv):
-    paths = _image_paths(argv)
+    paths = FLAGS.images
     from keras_vit.inspect.report import write_report
 
     model = cli.model_from_flags(FLAGS)
@@ -104,8 +95,8 @@ def run(argv):
 
 def main(argv=None) -> int:
     """The exit status of `python -m keras_vit.inspect` with `argv` (default: `sys.argv[1:]`)."""
-    return cli.main(run, FLAGS, argv, usage=__doc__, renamed=RENAMED, positional=True)
+    return cli.main(run, FLAGS, argv, usage=__doc__)
 
 
 if __name__ == "__main__":
-    cli.run(run, FLAGS, usage=__doc__, renamed=RENAMED, positional=True)
+    cli.run(run, FLAGS, usage=__doc__)

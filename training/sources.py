@@ -1,0 +1,392 @@
+"""Dataset sources: a dataset name and split resolved to its undecoded elements, a decode function and counts.
+
+Names:
+    * `"digits"`: scikit-learn's 8x8 handwritten digits (1,797 images, 10 classes; install the `demo`
+      extra), a fixed 80/20 train/test split, grey levels 0..16 scaled to 0..255 and repeated to RGB.
+    * `"folder:PATH"`: the tensorflow-datasets ImageFolder layout `PATH/<split>/<label>/<image>`; the
+      evaluation split may be called `test`, `val` or `validation`. A class folder of `train` without images
+      is refused, and so is a flat `PATH/<label>/<image>` layout (the message says where to move the
+      folders). Images are the regular files with an extension of `IMAGE_EXTENSIONS` (WebP included: this
+      TensorFlow decodes still WebP images); a FIFO or a folder named like one is left out, and so are other
+      extensions (`training.image_checks.check_images` warns of both). Paths go to TensorFlow as the file
+      system's bytes, so a file name that is not UTF-8 is read as it is (messages show it escaped,
+      `shown_path`); a class folder name that is not UTF-8 is refused (it would be a label). The files the
+      pipeline could not use are found by `training.image_checks` and left out with `skip_files`.
+    * any other name: a prepared tensorflow-datasets dataset (never downloaded unless `download=True`).
+
+Example:
+    >>> source = dataset_source("digits", "test")
+    >>> source.num_examples, source.num_classes, source.class_names[:3]
+    (359, 10, ('0', '1', '2'))
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import stat
+
+import numpy as np
+import tensorflow as tf
+
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")
+EVAL_SPLIT_NAMES = ("test", "val", "validation")
+_DIGITS_SPLIT_SEED = 0
+
+
+class DatasetNotFoundError(ValueError):
+    """The dataset is not available locally; the message says how to prepare it."""
+
+
+class InvalidDatasetError(ValueError):
+    """The dataset's files cannot be used as they are; the message names them and says how to fix them."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """An undecoded split: `(encoded_or_array, label)` elements, a decode function, and counts."""
+
+    elements: tf.data.Dataset
+    decode: object
+    num_examples: int
+    num_classes: int
+    class_names: tuple[str, ...]
+
+
+def dataset_source(name: str, split: str, data_dir: str | None = None, download: bool = False,
+                   skip_files=()) -> Source:
+    """Resolves a dataset name and split to a `Source` (see the module docstring for the names).
+
+    `skip_files`: paths of a folder dataset left out (the bad files `training.image_checks.check_images` found).
+
+    Raises:
+        DatasetNotFoundError: when the data is not there (a missing folder, no train/ or evaluation split,
+            a tfds dataset not prepared, or its download failing for a network error), with instructions.
+        InvalidDatasetError: for a class folder without images, or a flat `PATH/<label>/<image>` layout.
+        ValueError: for an unknown split.
+    """
+    if name == "digits":
+        return _digits_source(split)
+    if name.startswith("folder:"):
+        return _folder_source(name[len("folder:"):], split, frozenset(skip_files))
+    return _tfds_source(name, split, data_dir, download)
+
+
+def shown_path(path) -> str:
+    """A path (str or bytes) as text for a message: bytes that are not UTF-8 shown escaped (`caf\\xe9.png`)."""
+    raw = path if isinstance(path, bytes) else os.fsencode(path)
+    return raw.decode("utf-8", "backslashreplace")
+
+
+def default_splits(name: str, data_dir: str | None = None) -> tuple[str, str]:
+    """(train split, eval split) for a dataset: `train` and the first of test/val/validation present."""
+    if name == "digits":
+        return "train", "test"
+    if name.startswith("folder:"):
+        root = name[len("folder:"):]
+        _check_folder_layout(root)
+        for split in EVAL_SPLIT_NAMES:
+            if os.path.isdir(os.path.join(root, split)):
+                return "train", split
+        beside = sorted(set(os.listdir(root)) - {"train"})
+        found = f"found only {_listing(shown_path(b) for b in beside)}" if beside else "it holds nothing else"
+        raise DatasetNotFoundError(
+            f"No evaluation split in image folder {root!r}: expected {_EVAL_LAYOUT.format(root=shown_path(root))} next "
+            f"to {shown_path(os.path.join(root, 'train'))}/, but beside train/ {found}. Move some images of each class "
+            f"there "
+            f"(or name the evaluation folder test, val or validation). Received: dataset={name!r}"
+        )
+    splits = _tfds_builder(name, data_dir).info.splits
+    for split in EVAL_SPLIT_NAMES:
+        if split in splits:
+            return "train", split
+    return "train", "train"
+
+
+def _identity_decode(image):
+    return image
+
+
+def _digits_source(split: str) -> Source:
+    try:
+        from sklearn.datasets import load_digits
+    except ImportError as error:  # pragma: no cover - depends on the environment
+        raise DatasetNotFoundError(
+            "The embedded digits need scikit-learn: pip install -e '.[demo]' (or pip install scikit-learn)."
+        ) from error
+    digits = load_digits()
+    images = np.round(digits.images * (255.0 / 16.0)).astype(np.uint8)
+    images = np.repeat(images[..., None], 3, axis=-1)
+    order = np.random.default_rng(_DIGITS_SPLIT_SEED).permutation(len(images))
+    num_test = len(images) // 5
+    indices = {"test": order[:num_test], "train": order[num_test:]}
+    if split not in indices:
+        raise ValueError(f"The digits have splits 'train' and 'test'. Received: split={split!r}")
+    index = np.sort(indices[split])
+    elements = tf.data.Dataset.from_tensor_slices((images[index], digits.target[index].astype(np.int32)))
+    return Source(elements, _identity_decode, len(index), 10, tuple(str(i) for i in range(10)))
+
+
+def decode_file(path):
+    image = tf.io.decode_image(tf.io.read_file(path), channels=3, expand_animations=False)
+    image.set_shape((None, None, 3))
+    return image
+
+
+_TRAIN_LAYOUT = "{root}/train/<label>/<image>"
+_EVAL_LAYOUT = "{root}/test|val|validation/<label>/<image>"
+
+
+def _listing(names, limit=8) -> str:
+    """`a, b, c` (the first `limit` names, then how many more)."""
+    names = list(names)
+    more = f" and {len(names) - limit} more" if len(names) > limit else ""
+    return ", ".join(names[:limit]) + more if names else "nothing"
+
+
+def _holds_images(folder: str) -> bool:
+    with os.scandir(folder) as entries:
+        return any(e.is_file() and e.name.lower().endswith(IMAGE_EXTENSIONS) for e in entries)
+
+
+def _check_folder_layout(root: str) -> None:
+    """Refuses a folder dataset that is not `PATH/train/<label>/<image>`, saying what was found instead.
+
+    Raises:
+        DatasetNotFoundError: `root` does not exist (or is not a folder), or holds no `train` folder and no
+            class folders of images either.
+        InvalidDatasetError: a flat `PATH/<label>/<image>` layout (class folders directly under `root`) or
+            images directly in `root`: the message names them and says where to move them.
+    """
+    name = f"folder:{root}"
+    shown = shown_path(root)
+    expected = f"{_TRAIN_LAYOUT.format(root=shown)} and {_EVAL_LAYOUT.format(root=shown)}"
+    if not os.path.exists(root):
+        raise DatasetNotFoundError(
+            f"Image folder {root!r} does not exist: check the path after 'folder:' (expected {expected}). "
+            f"Received: dataset={name!r}"
+        )
+    if not os.path.isdir(root):
+        raise DatasetNotFoundError(
+            f"{root!r} is a file, not an image folder: expected {expected}. Received: dataset={name!r}"
+        )
+    if os.path.isdir(os.path.join(root, "train")):
+        return
+    entries = sorted(os.listdir(root))
+    folders = [e for e in entries if os.path.isdir(os.path.join(root, e))]
+    class_folders = [f for f in folders if _holds_images(os.path.join(root, f))]
+    if class_folders:
+        raise InvalidDatasetError(
+            f"Image folder {root!r} has no train/ folder: expected {expected}, but found {len(class_folders)} "
+            f"folder(s) holding images directly: {_listing(shown_path(f) for f in class_folders)}. Move them under "
+            f"{shown_path(os.path.join(root, 'train'))}/ and put a test split beside it "
+            f"({shown}/test/<label>/<image>, the "
+            f"same labels). Received: dataset={name!r}"
+        )
+    if _holds_images(root):
+        raise InvalidDatasetError(
+            f"Image folder {root!r} holds images directly and no train/ folder: expected {expected} (one folder "
+            f"per class). Received: dataset={name!r}"
+        )
+    found = f"found {_listing(shown_path(e) for e in entries)}" if entries else "it is empty"
+    raise DatasetNotFoundError(
+        f"Image folder {root!r} has no train/ folder: expected {expected}, but {found}. "
+        f"Received: dataset={name!r}"
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class FolderListing:
+    """The files of one split of a folder dataset: image paths and labels, and the entries left out."""
+
+    class_names: tuple
+    paths: list
+    labels: list
+    ignored: list  # (path, why): not regular files, other extensions
+
+
+def _folder_files(root: str, split: str) -> tuple[tuple[str, ...], list, list]:
+    """(class names from `train`, image paths of `split`, their labels), in sorted order."""
+    listing = folder_listing(root, split)
+    return listing.class_names, listing.paths, listing.labels
+
+
+def folder_listing(root: str, split: str) -> FolderListing:
+    """The image files of `split` (regular files with an image extension, sorted), their labels (class folders
+    of `train`, sorted) and the entries left out with why."""
+    train_dir = os.path.join(root, "train")
+    split_dir = os.path.join(root, split)
+    _check_folder_layout(root)
+    if not os.path.isdir(split_dir):
+        beside = sorted(e for e in os.listdir(root) if os.path.isdir(os.path.join(root, e)))
+        raise DatasetNotFoundError(
+            f"Image folder {root!r} has no split {split!r}: expected {shown_path(root)}/{split}/<label>/<image>; "
+            f"the splits there are {_listing(shown_path(b) for b in beside)}. "
+            f"Received: dataset='folder:{shown_path(root)}', "
+            f"split={split!r}"
+        )
+    class_names = tuple(sorted(d for d in os.listdir(train_dir) if os.path.isdir(os.path.join(train_dir, d))))
+    if not class_names:
+        raise DatasetNotFoundError(f"No class folders in {train_dir!r}. Received: dataset='folder:{shown_path(root)}'")
+    _check_class_names(root, class_names)
+    paths, labels, ignored = [], [], []
+    for label, class_name in enumerate(class_names):
+        class_dir = os.path.join(split_dir, class_name)
+        if not os.path.isdir(class_dir):
+            continue
+        with os.scandir(class_dir) as entries:
+            entries = sorted(entries, key=lambda e: e.name)
+        for entry in entries:
+            if not entry.name.lower().endswith(IMAGE_EXTENSIONS):
+                if not entry.name.startswith("."):  # hidden files (.DS_Store) are left out silently
+                    ignored.append((entry.path, None))
+                continue
+            kind = _not_regular(entry)
+            if kind:
+                ignored.append((entry.path, kind))
+                continue
+            paths.append(entry.path)
+            labels.append(label)
+    unknown = sorted({d for d in os.listdir(split_dir) if os.path.isdir(os.path.join(split_dir, d))} - set(class_names))
+    if unknown:
+        raise ValueError(f"Split {split!r} has labels that 'train' lacks. Received: {unknown}")
+    return FolderListing(class_names, paths, labels, ignored)
+
+
+def _not_regular(entry) -> str | None:
+    """What a directory entry named like an image is when it is not a regular file (None: it is one)."""
+    try:
+        mode = os.stat(entry.path).st_mode  # follows a symbolic link to its target
+    except OSError as error:
+        return "a broken symbolic link" if entry.is_symlink() else f"unreadable: {error.strerror or error}"
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISFIFO(mode):
+        return "a named pipe (FIFO)"
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device file"
+    return "not a regular file"
+
+
+def _check_class_names(root, class_names) -> None:
+    """Refuses class folder names that are not UTF-8 text: they become the model's labels."""
+    for class_name in class_names:
+        try:
+            class_name.encode("utf-8")
+        except UnicodeEncodeError:
+            path = shown_path(os.path.join(root, "train", class_name))
+            raise InvalidDatasetError(
+                f"The class folder {path} has a name that is not UTF-8 text (shown with its bytes escaped): class "
+                f"names become the model's labels (model.labels.txt, the exported model's labels), which are "
+                f"text. Rename it in every split (e.g. to {shown_path(class_name)!r} without the escaped bytes). "
+                f"Received: dataset='folder:{shown_path(root)}'"
+            ) from None
+
+
+def _check_class_folders(root: str, class_names, skip_files) -> None:
+    """Refuses a `train` class folder without (usable) images: the head would get a class never trained."""
+    empty = []
+    for class_name in class_names:
+        class_dir = os.path.join(root, "train", class_name)
+        with os.scandir(class_dir) as entries:
+            if not any(e.name.lower().endswith(IMAGE_EXTENSIONS) and e.path not in skip_files and not _not_regular(e)
+                       for e in entries):
+                empty.append(shown_path(class_dir))
+    if empty:
+        skipped = " (after skipping the bad images)" if skip_files else ""
+        raise InvalidDatasetError(
+            f"{len(empty)} class folder(s) of {os.path.join(root, 'train')!r} hold no images{skipped}: "
+            f"{', '.join(empty[:5])}{' ...' if len(empty) > 5 else ''}. Each would be a class of the head that is "
+            f"never trained: add images ({', '.join(IMAGE_EXTENSIONS)}) to it or delete the folder. "
+            f"Received: dataset='folder:{shown_path(root)}'"
+        )
+
+
+def _folder_source(root: str, split: str, skip_files: frozenset = frozenset()) -> Source:
+    class_names, paths, labels = _folder_files(root, split)
+    _check_class_folders(root, class_names, skip_files)
+    if skip_files:
+        kept = [i for i, path in enumerate(paths) if path not in skip_files]
+        paths, labels = [paths[i] for i in kept], [labels[i] for i in kept]
+    if not paths:
+        raise DatasetNotFoundError(f"No images ({', '.join(IMAGE_EXTENSIONS)}) under {os.path.join(root, split)!r}.")
+    # The file system's bytes, not text: a file name that is not UTF-8 is read as it is.
+    encoded = np.array([os.fsencode(path) for path in paths], dtype=object)
+    elements = tf.data.Dataset.from_tensor_slices((encoded, np.asarray(labels, np.int32)))
+    return Source(elements, decode_file, len(paths), len(class_names), class_names)
+
+
+def _tfds():
+    """`tensorflow_datasets`, or a DatasetNotFoundError saying how to install it (it is the `train` extra)."""
+    try:
+        import tensorflow_datasets as tfds
+    except ModuleNotFoundError as error:
+        if error.name != "tensorflow_datasets":
+            raise
+        raise DatasetNotFoundError(
+            "tensorflow-datasets datasets need the package tensorflow-datasets, which is not installed: "
+            "`pip install -e \".[train]\"` in the repository (or `pip install tensorflow-datasets "
+            "importlib_resources`). 'digits' and 'folder:PATH' need no tensorflow-datasets."
+        ) from None
+    return tfds
+
+
+def _tfds_builder(name: str, data_dir: str | None):
+    tfds = _tfds()
+    try:
+        return tfds.builder(name, data_dir=data_dir)
+    except Exception as error:  # tfds raises several types for unknown names
+        raise DatasetNotFoundError(
+            f"Unknown tensorflow-datasets name. Received: dataset={name!r}. Use a name from "
+            "https://www.tensorflow.org/datasets/catalog, 'folder:PATH' or 'digits'."
+        ) from error
+
+
+def _tfds_source(name: str, split: str, data_dir: str | None, download: bool) -> Source:
+    tfds = _tfds()
+    builder = _tfds_builder(name, data_dir)
+    if download:
+        try:
+            builder.download_and_prepare()
+        except OSError as error:  # no network, DNS, HTTP (requests' errors are OSErrors); not missing modules
+            raise DatasetNotFoundError(
+                f"Could not download dataset {name!r} with tensorflow-datasets (network error: {error}). Check the "
+                f"network (and a proxy, if any), or prepare it on a machine with internet access: `python -m "
+                f"training.train --dataset={name} --download --data_dir=DIR` there, then copy DIR here and pass "
+                f"--data_dir=DIR without --download."
+            ) from error
+    try:
+        elements = builder.as_dataset(
+            split=split,
+            as_supervised=True,
+            shuffle_files=False,
+            decoders={"image": tfds.decode.SkipDecoding()},
+        )
+    except (AssertionError, FileNotFoundError, tf.errors.NotFoundError) as error:  # tfds: "not prepared"
+        raise DatasetNotFoundError(
+            f"Dataset {name!r} is not prepared in data_dir={str(builder.data_dir_root)!r}. Prepare it once on a "
+            f"machine with internet access: `python -c \"import tensorflow_datasets as tfds; "
+            f"tfds.builder('{name}', data_dir='DIR').download_and_prepare()\"` (or `tfds build {name} "
+            f"--data_dir=DIR`), then pass --data_dir=DIR; or add --download to let this run fetch it. "
+            f"Some datasets (e.g. imagenet2012) need manual downloads first; see their catalog page."
+        ) from error
+    image_feature = builder.info.features[builder.info.supervised_keys[0]]
+    decode = image_feature.decode_example if isinstance(elements.element_spec[0], tf.TensorSpec) and \
+        elements.element_spec[0].dtype == tf.string else _identity_decode
+
+    def decode_rgb(image):
+        image = decode(image)
+        if image.shape.rank == 3 and image.shape[-1] == 1:
+            image = tf.image.grayscale_to_rgb(image)
+        image.set_shape((None, None, 3))
+        return image
+
+    cardinality = int(elements.cardinality())
+    num_examples = cardinality if cardinality >= 0 else int(builder.info.splits[split].num_examples)
+    label_feature = builder.info.features[builder.info.supervised_keys[1]]
+    elements = elements.map(lambda image, label: (image, tf.cast(label, tf.int32)))
+    return Source(elements, decode_rgb, num_examples, label_feature.num_classes, tuple(label_feature.names))

@@ -1,0 +1,165 @@
+"""The workdir of a run: checked writable, held by one run at a time, and its config.json checked and written.
+
+    * An unwritable workdir (or one under a file) is refused (`WorkdirError`) before anything is built.
+    * One run per workdir: an exclusive `flock` on `WORKDIR/.lock` (`training.workdir_lock`) from before the
+      config check to the end of the run; a second run is refused (`WorkdirError`, naming the holder).
+    * A workdir whose `config.json` holds another run's config is refused, except for the fields that do not
+      change what is computed (`RESUMABLE_CHANGES`) and, with `resume_with_changes`, the optimisation fields
+      (`training.config.OPTIMISATION_FIELDS`): each such change is recorded in `config.json` under
+      `"resumed_with_changes"`. Fields that change the model, the data or the numerics still refuse the workdir.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+
+import tensorflow as tf
+
+from training import distribute, workdir_lock
+from training.config import OPTIMISATION_FIELDS, RESUMABLE_FIELDS, Config, resolved_classifier
+from training.sources import shown_path
+
+RESUMABLE_CHANGES = set(RESUMABLE_FIELDS)  # they do not change what is computed
+# Fields that may change on resume with `resume_with_changes` (the optimisation's, see training.config).
+OPTIMISATION_CHANGES = set(OPTIMISATION_FIELDS)
+HISTORY_KEY = "resumed_with_changes"  # in config.json: [{"step": N, "changed": {field: [old, new]}}, ...]
+
+
+def _resolved(values: dict) -> dict:
+    """A config.json's values with the defaults that mean the same thing made equal (`resolved_classifier`:
+    an older run without --classifier resumes with --classifier=token)."""
+    return dict(values, classifier=resolved_classifier(values))
+
+
+class WorkdirError(ValueError):
+    """The workdir cannot be used as it is: unwritable, another run's config, or no readable checkpoint."""
+
+
+class WorkdirMixin:
+    """The workdir steps of `training.loop`'s run; it has `cfg`, `chief`, `strategy`, `step` and `_print`."""
+
+    def _worker_dir(self, *parts):
+        return os.path.join(self.cfg.workdir, "workers", str(distribute.task_id(self.strategy)), *parts)
+
+    def _prepare_workdir(self):
+        """Creates the workdir (a worker's own folder on the other workers) and checks that it takes a file."""
+        workdir = self.cfg.workdir
+        own = workdir if self.chief else self._worker_dir()
+        probe = os.path.join(own, f".write_test.{os.getpid()}")
+        try:
+            tf.io.gfile.makedirs(own)
+            with tf.io.gfile.GFile(probe, "w") as f:
+                f.write("")
+            tf.io.gfile.remove(probe)
+        except (OSError, tf.errors.OpError) as error:
+            blocker = _file_on_path(own)
+            reason = f"{blocker!r} is a file, not a directory" if blocker else short_error(error)
+            raise WorkdirError(
+                f"Cannot write to --workdir={workdir!r}: {reason}. Pass a --workdir that is (or can be created "
+                f"as) a writable directory."
+            ) from error
+
+    def _lock_workdir(self, cleanup):
+        """Takes `WORKDIR/.lock` (a worker: its own folder's) until the run ends; refuses a workdir another run holds.
+
+        Two runs in one workdir would pass the config check together and write into the same checkpoints.
+        """
+        own = self.cfg.workdir if self.chief else self._worker_dir()
+        if not workdir_lock.is_lockable(own):  # gs:// and other remote paths: flock cannot lock them
+            return
+        path = os.path.join(own, workdir_lock.LOCK_NAME)
+        lock = workdir_lock.WorkdirLock(path)
+        try:
+            stale = lock.acquire()
+        except workdir_lock.WorkdirLocked as holder:
+            raise WorkdirError(
+                f"--workdir={self.cfg.workdir!r} is in use by another run: {holder} holds {shown_path(path)}. "
+                f"Two runs in one workdir would write into the same checkpoints: wait for that run to end (or stop "
+                f"it), or use another --workdir."
+            ) from None
+        except OSError as error:
+            raise WorkdirError(f"Cannot lock --workdir={self.cfg.workdir!r}: {shown_path(path)}: "
+                               f"{error.strerror or error}. Pass a --workdir on a local or NFS file system.") from error
+        if cleanup is not None:
+            cleanup.callback(lock.release)
+        if stale:
+            self._print(f"note: {shown_path(path)} named a run that ended without releasing it (crashed or "
+                        f"killed): {workdir_lock.describe(stale)}; no process holds it now, so this run took it over "
+                        f"(a stale lock) and resumes from the checkpoints as usual")
+
+    def _check_config(self, resume_with_changes):
+        """The `OPTIMISATION_CHANGES` allowed against the workdir's config.json; raises for any other change."""
+        path = os.path.join(self.cfg.workdir, "config.json")
+        self._config_history = []
+        if not tf.io.gfile.exists(path):
+            return {}
+        with tf.io.gfile.GFile(path) as f:
+            text = f.read()
+        try:
+            old = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise WorkdirError(
+                f"{path} is not valid JSON ({error}). Received: {text[:80]!r}. Restore it, delete it to adopt "
+                f"this run's config, or use another --workdir."
+            ) from error
+        self._config_history = list(old.get(HISTORY_KEY, []))
+        # A field newer than that config.json (e.g. augment_library) had its default there, as in `Config.from_json`.
+        old = _resolved({**{f.name: f.default for f in dataclasses.fields(Config)}, **old})
+        new = _resolved(json.loads(self.cfg.to_json()))
+        changed = {k: (old.get(k), new[k]) for k in new if old.get(k) != new[k] and k not in RESUMABLE_CHANGES}
+        fixed = sorted(set(changed) - OPTIMISATION_CHANGES)
+        if not changed or (resume_with_changes and not fixed):
+            return changed
+        if fixed:
+            advice = (f"{', '.join(fixed)} cannot change within a run (the model, the data or the numerics would "
+                      f"differ from the checkpoints'): use the same flags (where a default changed since that run, "
+                      f"give its old value, as in {path}) or another --workdir")
+            if resume_with_changes:
+                advice += f" (--resume_with_changes allows only {', '.join(sorted(OPTIMISATION_CHANGES))})"
+        else:
+            advice = ("these change only the optimisation: add --resume_with_changes to continue from the last "
+                      "checkpoint with them (recorded in config.json), or use another --workdir")
+        raise WorkdirError(
+            f"{self.cfg.workdir!r} holds a run with a different config ({path}). Changed (old, new): {changed}; "
+            f"{advice}."
+        )
+
+    def _write_config(self, changed):
+        """Writes config.json (the chief), adding the allowed changes at the restored step to its history."""
+        if changed:
+            step = int(self.step.numpy())
+            self._config_history.append({"step": step, "changed": {k: list(v) for k, v in changed.items()}})
+            self._print(f"resumed with changes at step {step} (--resume_with_changes, recorded in config.json): "
+                        + ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changed.items()))
+        if not self.chief:
+            return
+        values = json.loads(self.cfg.to_json())
+        if self._config_history:
+            values[HISTORY_KEY] = self._config_history
+        write_atomically(os.path.join(self.cfg.workdir, "config.json"), json.dumps(values, indent=2, sort_keys=True))
+
+
+def write_atomically(path, text):
+    """Writes whole, then renames: other workers may be reading `path`."""
+    with tf.io.gfile.GFile(path + ".tmp", "w") as f:
+        f.write(text)
+    tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
+
+
+def short_error(error) -> str:
+    """`Type: first line` of an exception, without TensorFlow's `{{function_node ...}}` prefix."""
+    text = re.sub(r"^\{\{function_node [^}]*\}\}\s*", "", str(error).strip()).splitlines()
+    return f"{type(error).__name__}: {text[0][:200] if text else ''}".rstrip(": ")
+
+
+def _file_on_path(path):
+    """The nearest existing ancestor of a local `path` (or `path`) when it is a file, else None."""
+    while path and not os.path.exists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            return None
+        path = parent
+    return path if path and os.path.isfile(path) else None
