@@ -26,13 +26,14 @@ import dataclasses
 import json
 import math
 
+from training.recipes import RECIPES, choose_recipe, situational_augmentation, situational_head
+
 OPTIMIZERS = ("adam", "adamw", "sgd")
 SCHEDULES = ("cosine", "linear", "constant")
 PRECISIONS = ("none", "bfloat16", "float16")
 STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker", "tpu")
 CROPS = ("inception", "translate", "none")
 AUGMENT_LIBRARIES = ("keras", "keras_cv")  # where RandAugment / Mixup / CutMix come from (training.augment)
-SMALL_IMAGE = 64  # at most this many pixels a side: translation, not crops, and no flips (glyphs, icons)
 
 # The small model of the embedded demo; any `keras_vit.variants` name (e.g. "vit_ti16") is accepted too.
 TINY_MODEL = dict(patch_size=4, hidden_size=64, num_layers=4, num_heads=4, mlp_dim=128)
@@ -225,153 +226,6 @@ OPTIMISATION_FIELDS = fields_where("resume", "optimisation")
 """The fields `--resume_with_changes` lets change on resume."""
 RESUMABLE_FIELDS = fields_where("resume", "free")
 """The fields that may change on any resume: they do not change what is computed."""
-
-
-# Paper Table 3 (pre-training), Appendix B.1.1 (fine-tuning), big_vision AugReg configs, and the small-data
-# recipe for training from scratch on a user's dataset. The values the recipes share are given once: every
-# recipe clips the gradient norm at 1 and (but for the demo) needs a --dataset; the two small recipes train the
-# tiny model without flips, XLA-compiled, checkpointing every 500 steps; the three paper recipes train ViT-B/16
-# from the official initialisation with the Inception crop from 5% of the area and flips, checkpointing every 1000 steps, and the two
-# ImageNet-scale ones (pre-training, AugReg) run at 224 in batches of 4096 with lr 1e-3 after 10k warm-up steps.
-_EVERY_RECIPE = dict(dataset=None, grad_clip_norm=1.0)
-_SMALL = dict(
-    _EVERY_RECIPE,
-    model="tiny",
-    flip=False,
-    checkpoint_every=500,
-    jit_compile=True,  # XLA: faster per step than the plain graph for small models (benchmarks/TRAINING.md)
-)
-_PAPER = dict(_EVERY_RECIPE, model="vit_b16", crop="inception", crop_min_area=0.05, flip=True, checkpoint_every=1000,
-              initialization="official")
-_IMAGENET_SCALE = dict(_PAPER, image_size=224, global_batch_size=4096, learning_rate=1e-3, warmup_steps=10_000)
-
-RECIPES: dict[str, dict] = {
-    # Training from scratch on a small dataset (thousands of images), the common case of a user's folder. The
-    # AugReg finding (Steiner et al. 2021) at small scale: augmentation and regularisation stand in for data.
-    # AdamW 2e-3 with decoupled weight decay 0.05, warm-up 200 steps (clamped to a tenth of a short run),
-    # cosine decay, label smoothing 0.1 and, for small images, random translation by up to 8% of the side
-    # in fractions of a pixel, as the plain Keras ViT's RandomTranslation (a resized crop cuts glyphs; flips
-    # change them); the training step XLA-compiled, as Keras'
-    # `model.fit` does by default. Measured against a plain Keras ViT in benchmarks/train_quality.py
-    # (benchmarks/TRAINING.md).
-    "scratch": dict(
-        _SMALL,
-        image_size=32,
-        epochs=30,
-        global_batch_size=128,
-        optimizer="adamw",
-        learning_rate=2e-3,
-        warmup_steps=200,
-        schedule="cosine",
-        weight_decay=0.05,
-        label_smoothing=0.1,
-        crop="translate",
-    ),
-    # The embedded offline demo: a small ViT (142k parameters) on scikit-learn's 8x8 digits.
-    "demo": dict(
-        _SMALL,
-        dataset="digits",
-        image_size=16,  # 8x8 digits upsampled; 4x4 patches: 16 tokens of 2x2 original pixels
-        crop="inception",
-        crop_min_area=0.7,
-        flip=False,  # a mirrored digit is another glyph
-        steps=2000,
-        global_batch_size=64,
-        optimizer="adam",
-        learning_rate=1e-3,
-        warmup_steps=100,
-        schedule="cosine",
-        weight_decay=0.0,
-    ),
-    # ImageNet-21k pre-training: Adam(0.9, 0.999), batch 4096, 10k warm-up, linear decay, wd 0.03,
-    # clip 1, dropout 0.1, a tanh pre-logits layer of width D, head bias -10, 90 epochs at 224.
-    "pretrain_i21k": dict(
-        _IMAGENET_SCALE,
-        epochs=90,
-        optimizer="adam",
-        schedule="linear",
-        weight_decay=0.03,
-        dropout_rate=0.1,
-        representation_size=-1,  # -1: the model's hidden size
-        head_bias_init=-10.0,
-    ),
-    # Fine-tuning: SGD momentum 0.9, batch 512, cosine, 500 warm-up, no weight decay, clip 1, resolution
-    # 384 (position embeddings resampled by the loader), zero-initialised head; 10k steps (CIFAR).
-    "finetune": dict(
-        _PAPER,
-        image_size=384,
-        steps=10_000,
-        global_batch_size=512,
-        optimizer="sgd",
-        momentum=0.9,
-        learning_rate=0.01,
-        warmup_steps=500,
-        schedule="cosine",
-        weight_decay=0.0,
-        zero_head=True,
-    ),
-    # AugReg (Steiner et al. 2021, big_vision): Adam with decoupled weight decay 0.1, lr 1e-3, batch 4096,
-    # 10k warm-up, cosine, 300 epochs, RandAugment(2, 15) + Mixup 0.2 ("medium1"), inception crop + flip.
-    "augreg": dict(
-        _IMAGENET_SCALE,
-        epochs=300,
-        optimizer="adamw",
-        schedule="cosine",
-        weight_decay=0.1,
-        randaugment=(2, 15),
-        mixup=0.2,
-    ),
-}
-
-
-def is_own_model(weights) -> bool:
-    """Whether `--weights` names a model of one's own: a Keras `.keras` / `.weights.h5` file or a run's workdir."""
-    from keras_vit.checkpoints import own
-
-    return bool(weights) and own.is_own(str(weights))
-
-
-def choose_recipe(overrides: dict) -> tuple[str, str]:
-    """(recipe, reason) for a run given without `--recipe`, from the flags that were given."""
-    dataset = overrides.get("dataset")
-    weights = overrides.get("weights")
-    if is_own_model(weights):
-        # A model of one's own (a Keras file or a run of this app): the small-data recipe from its weights.
-        # The paper's SGD fine-tune is for published large-scale checkpoints; on short runs from small
-        # pre-trained models it did worse than training from scratch (benchmarks/TRAINING.md).
-        return "scratch", (f"fine-tuning your own model from --weights={weights}: the small-data recipe "
-                           "(--recipe=finetune is the paper's, for published checkpoints)")
-    if weights:
-        return "finetune", f"fine-tuning from --weights={weights}"
-    if dataset in (None, "digits"):
-        return "demo", "the embedded digits demo"
-    return "scratch", f"training from scratch on {dataset}: the small-data recipe (--recipe=augreg for large data)"
-
-
-def situational_augmentation(values: dict, overrides: dict) -> dict:
-    """Crop and flip by image size for a chosen recipe (explicit --crop/--flip win): small images
-    (<= `SMALL_IMAGE`) are translated, not cropped, and not flipped; larger ones get the Inception crop from
-    a quarter of the area (0.05 is for ImageNet-scale pre-training) with flips."""
-    if "crop" in overrides or "flip" in overrides or values.get("dataset") == "digits":
-        return values
-    if values["image_size"] <= SMALL_IMAGE:
-        return dict(values, crop="translate", flip=False)
-    return dict(values, crop="inception", crop_min_area=max(values.get("crop_min_area", 0.05), 0.25), flip=True)
-
-
-def situational_head(values: dict, overrides: dict) -> dict:
-    """The head of a ViT run by the chosen `scratch` recipe (explicit --classifier wins): from scratch, a
-    global-average-pooled head instead of the [class] token, as in "Better plain ViT baselines" (Beyer et al.
-    2022); benchmarks/TRAINING.md has what it gained and cost here. From one's own model (`--weights` of a
-    keras_vit file or run), the head that model has: the file carries it (`classifier` stays None)."""
-    from training.model import is_bit
-
-    if values["recipe"] != "scratch" or "classifier" in overrides or is_bit(values["model"]):
-        return values
-    if values.get("weights"):
-        return values
-    reason = f"{values['recipe_reason']}, with a global-average-pooled head (--classifier=token for the [class] token)"
-    return dict(values, classifier="gap", recipe_reason=reason)
 
 
 def resolved_classifier(values: dict) -> str | None:

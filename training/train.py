@@ -33,6 +33,7 @@ cli.quiet_start()  # before TensorFlow loads: its start-up lines would bury the 
 from absl import app, flags, logging  # noqa: E402
 
 from training import config as config_lib  # noqa: E402
+from training import recipes  # noqa: E402
 
 FLAGS = flags.FLAGS
 
@@ -55,7 +56,7 @@ _VALUE_MEANS = {
     ("initialization", None): "'scratch'",
     ("representation_size", -1): "the hidden size",
 }
-# The fields a recipe chosen from the situation (no --recipe) adapts (training.config.situational_*).
+# The fields a recipe chosen from the situation (no --recipe) adapts (training.recipes.situational_*).
 _SITUATIONAL = ("classifier", "crop", "crop_min_area", "flip")
 
 
@@ -103,7 +104,7 @@ def _define_config_flags():
 flags.DEFINE_enum("recipe", None, list(config_lib.RECIPES), "Named set of hyperparameters; explicit flags "
                   "override it. Default: chosen from the situation (demo for the embedded digits, finetune with "
                   "--weights, scratch otherwise) and printed on the first line; a chosen recipe also adapts the "
-                  f"augmentation to the image size (up to {config_lib.SMALL_IMAGE} pixels a side: --crop=translate "
+                  f"augmentation to the image size (up to {recipes.SMALL_IMAGE} pixels a side: --crop=translate "
                   "--noflip, above: --crop=inception --flip and --crop_min_area at least 0.25, unless --crop or "
                   "--flip is given; not for the digits) and, for a ViT under the chosen scratch recipe, the head "
                   "(--classifier=gap; from --weights of an own run, that run's head).")
