@@ -32,8 +32,8 @@ _EXPORTS = {
     "forward_flops": "keras_vit.flops",
     "preprocess_input": "keras_vit.preprocessing",
     "decode_predictions": "keras_vit.preprocessing",
-    "WeightsDownloadError": "keras_vit.weights",
-    "WeightsChecksumError": "keras_vit.weights",
+    "WeightsDownloadError": "keras_vit.download",
+    "WeightsChecksumError": "keras_vit.download",
 }
 
 __all__ = [
@@ -86,19 +86,33 @@ def _import_all():
 
 
 class _AfterKerasImport(importlib.abc.MetaPathFinder):
-    """Registers keras_vit's layers right after `import keras` runs, before the importer gets Keras back."""
+    """Registers keras_vit's layers right after `import keras` runs, before the importer gets Keras back.
+
+    It stays on `sys.meta_path` until Keras has actually been executed: `importlib.util.find_spec("keras")`
+    alone (which `import tensorflow` calls to locate Keras without importing it) consults it too, and the
+    spec such a call gets is never loaded. Every spec it hands out for `keras` runs the registration after
+    Keras's own module code, whichever importer loads it.
+    """
 
     def find_spec(self, fullname, path=None, target=None):
         if fullname != "keras":
             return None
-        sys.meta_path.remove(self)  # once; the finders after it locate the real package
-        spec = importlib.util.find_spec("keras")
+        spec = None
+        for finder in sys.meta_path:  # the finders after this one locate the real package
+            if finder is self or isinstance(finder, _AfterKerasImport) or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                break
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
         exec_module = spec.loader.exec_module
+        finder = self
 
         def exec_then_register(module):
             exec_module(module)
+            if finder in sys.meta_path:
+                sys.meta_path.remove(finder)  # Keras is loaded: once is enough
             try:
                 _import_all()
             except Exception:  # noqa: BLE001  an unusable backend: the error shows where keras_vit is used

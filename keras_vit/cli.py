@@ -59,7 +59,6 @@ shows only errors unless `--verbose`.
 from __future__ import annotations
 
 import os
-import re
 import sys
 import textwrap
 import traceback
@@ -162,22 +161,7 @@ def default_text(value) -> str:
     return repr(value)
 
 
-def _rewrite(args, renamed):
-    # Transitional: keras_vit/export/__main__.py and training/fewshot.py still pass `renamed`; delete this
-    # (and the parameter) once they do not.
-    if not renamed:
-        return args
-    pattern = re.compile(r"^--?(" + "|".join(re.escape(name) for name in renamed) + r")(=.*)?$")
-    rewritten = []
-    for index, arg in enumerate(args):
-        if arg == "--":
-            return rewritten + args[index:]
-        match = pattern.match(arg)
-        rewritten.append(f"--{renamed[match.group(1)]}{match.group(2) or ''}" if match else arg)
-    return rewritten
-
-
-def parse(flag_values=FLAGS, args=(), *, usage=None, renamed=None) -> list[str]:
+def parse(flag_values=FLAGS, args=(), *, usage=None) -> list[str]:
     """Parses `args` (without the program name) into `flag_values` from their defaults, then checks them:
     absl's required flags and validators, then the checks of `add_check`.
 
@@ -196,7 +180,7 @@ def parse(flag_values=FLAGS, args=(), *, usage=None, renamed=None) -> list[str]:
     program = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "keras_vit"
     try:
         flag_values.unparse_flags()
-        argv = flag_values([program, *_rewrite(args, renamed)])
+        argv = flag_values([program, *args])
         if flag_values is not FLAGS and not FLAGS.is_parsed():
             FLAGS.mark_as_parsed()  # absl.logging and absl.app read the global flags
         if len(argv) > 1:
@@ -248,8 +232,7 @@ def execute(work, argv, verbose=False, tensorflow=False) -> int:
     return 0 if status is None else int(status)
 
 
-def main(work, flag_values=FLAGS, argv=None, *, usage=None, tensorflow=False, renamed=None,
-         positional=None) -> int:
+def main(work, flag_values=FLAGS, argv=None, *, usage=None, tensorflow=False) -> int:
     """Parses `argv` (default `sys.argv[1:]`; without the program name) and runs `work`: the exit status.
 
     Args:
@@ -257,24 +240,20 @@ def main(work, flag_values=FLAGS, argv=None, *, usage=None, tensorflow=False, re
         flag_values: the tool's `absl.flags.FlagValues`.
         usage: the text `--help` prints above the flags (the tool's docstring).
         tensorflow: the work needs TensorFlow whatever the Keras backend (imported quietly before it).
-        renamed, positional: transitional, for the callers not yet without them (`renamed`: {old flag name:
-            new flag name}, keras_vit/export/__main__.py and training/fewshot.py; `positional`: ignored,
-            positional arguments are always a usage error, training/train.py); to be deleted with them.
     """
     try:
-        argv = parse(flag_values, sys.argv[1:] if argv is None else argv, usage=usage, renamed=renamed)
+        argv = parse(flag_values, sys.argv[1:] if argv is None else argv, usage=usage)
     except _Exit as done:
         return done.code
     return execute(work, argv, _verbose(flag_values), tensorflow)
 
 
-def run(work, flag_values=FLAGS, *, usage=None, tensorflow=False, renamed=None, positional=None):
-    """`absl.app.run(work)` with this convention: parses `sys.argv`, runs `work` and exits with its status
-    (`renamed`, `positional`: transitional, as in `main`)."""
+def run(work, flag_values=FLAGS, *, usage=None, tensorflow=False):
+    """`absl.app.run(work)` with this convention: parses `sys.argv`, runs `work` and exits with its status."""
 
     def flags_parser(argv):
         try:
-            return parse(flag_values, argv[1:], usage=usage, renamed=renamed)
+            return parse(flag_values, argv[1:], usage=usage)
         except _Exit as done:
             sys.exit(done.code)
 

@@ -5,6 +5,7 @@ decoded by PIL and resized by a numpy bilinear written from the definition (test
 """
 
 import base64
+import functools
 import io
 import json
 import logging
@@ -31,6 +32,13 @@ from export_fixtures import (
     resize_bilinear,
     tiny_vit,
     with_huge_png_header,
+)
+from bomb_fixtures import (
+    gif_of_extension_bytes,
+    gif_of_frames,
+    gif_with_hidden_frame,
+    png_inflate_bomb,
+    progressive_jpeg,
 )
 from keras_vit.export import export_saved_model
 
@@ -172,6 +180,7 @@ def test_warmup_requests_replay_without_keras(served_without_keras):
     assert warmup[1][1] == {"probabilities": [1, 5]}
 
 
+@functools.lru_cache(maxsize=None)
 def _bad_requests():
     png = encode(random_image((20, 20, 3), 1), "PNG")
     gif = encode(random_image((8, 8, 3), 2), "GIF")
@@ -181,6 +190,9 @@ def _bad_requests():
         "corrupt PNG": (png[:60], r"could not be decoded.*index, format:\] \[1\] \[PNG\]"),
         "empty string": (b"", "Not a JPEG, PNG, GIF or BMP"),
         "not an image": (b"%PDF-1.4 a text file", "Not a JPEG, PNG, GIF or BMP"),
+        # WebP is refused (docs/SERVING.md): the checks that bound the decoder's work cover these four formats
+        "a WebP image": (b"RIFF\x1a\x00\x00\x00WEBPVP8L\x0d\x00\x00\x00\x2f\x00\x00\x00\x10\x07\x10\x11\x11\x88\x88\xfe\x07\x00",
+                         "Not a JPEG, PNG, GIF or BMP"),
         "truncated PNG header": (png[:20], "Truncated image"),
         "PNG header claiming 100000 x 100000": (with_huge_png_header(png, 100_000, 100_000), "too large"),
         "PNG over the export's pixel limit": (encode(random_image((80, 80, 3), 4), "PNG"), "too large"),
@@ -190,7 +202,17 @@ def _bad_requests():
         "GIF with a 1x1 screen and one 100x100 frame": (gif_with_screen(animated_gif(1, 100), 1, 1),
                                                          r"too large.*\[1\] \[100\] \[100\] \[1\]"),
         "GIF with a 1x1 screen and two 50x50 frames": (gif_with_screen(animated_gif(2, 50), 1, 1), "too large"),
+        # giflib reads a sub-block after an extension with none: a frame behind it must still be found
+        "GIF with a 1x1 screen and a 100x100 frame behind an empty extension": (
+            gif_with_hidden_frame(animated_gif(1, 100)), r"too large.*\[1\] \[100\] \[100\] \[1\]"),
         "JPEG header claiming 65000 x 65000": (jpeg[:sof] + b"\xfd\xe8\xfd\xe8" + jpeg[sof + 4:], "too large"),
+        # work bombs, refused before decoding under the default work limits (16 scans, 4096 GIF blocks, IDAT
+        # at most 2x the raw size + 64 KiB)
+        "progressive JPEG with its last scan repeated: 20 scans": (progressive_jpeg(16, repeats=10),
+                                                                   r"Too many scans.*\[1\] \[17\]"),
+        "GIF with a 1x1 screen then 200 KB of 0x21 bytes": (gif_of_extension_bytes(200_000), "Too many blocks"),
+        "GIF of 1100 one-pixel frames (4400 blocks)": (gif_of_frames(1100), "Too many blocks"),
+        "1x1 PNG whose IDAT inflates to 80 MB": (png_inflate_bomb(80 << 20), "PNG image data too large"),
     }
 
 
@@ -277,12 +299,18 @@ def test_float_batch_of_the_wrong_rank_is_invalid_argument(loaded, shape):
         loaded.signatures["predict_images"](images=tf.zeros(shape))
 
 
-@pytest.mark.parametrize("bad", [np.nan, np.inf])
-def test_float_batch_with_non_finite_pixels_is_invalid_argument(loaded, bad):
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf, 1e30, -1e6, 255.01, -0.01])
+def test_float_batch_with_pixels_outside_0_255_is_invalid_argument(loaded, bad):
     pixels = np.zeros((3, SIZE, SIZE, 3), np.float32)
     pixels[1, 4, 5, 2] = bad
-    with pytest.raises(tf.errors.InvalidArgumentError, match=r"NaN or infinite.*index with them:\] \[1\]"):
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"NaN, infinite or out-of-range.*0\.\.255.*:\] \[1\]"):
         loaded.signatures["predict_images"](images=pixels)
+
+
+def test_float_batch_at_the_ends_of_the_range_is_served(loaded):
+    pixels = np.zeros((2, SIZE, SIZE, 3), np.float32)
+    pixels[1] = 255.0
+    assert loaded.signatures["predict_images"](images=pixels)["probabilities"].shape == (2, 5)
 
 
 def test_headless_model_exports_features(tmp_path):

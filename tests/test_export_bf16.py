@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from bomb_fixtures import gif_of_extension_bytes, png_inflate_bomb, progressive_jpeg
 from export_fixtures import SIZE, encode, random_image, tiny_vit
 from keras_vit import model_parts
 from keras_vit.export import export_saved_model
@@ -111,6 +112,22 @@ def test_serving_default_scores_and_classes_match_float32(exports):
     np.testing.assert_allclose(low["scores"].numpy(), high["scores"].numpy(), atol=6e-2)
     assert np.mean(low["classes"].numpy()[:, 0] == high["classes"].numpy()[:, 0]) >= 7 / 8
     assert low["labels"].dtype == tf.string
+
+
+@pytest.mark.parametrize("precision", ["float32", "bfloat16"])
+def test_both_precisions_enforce_the_request_limits(exports, precision):
+    """The limits guard the decoding and the float input before the model: the same in bf16."""
+    loaded = exports[precision]
+    serving = loaded.signatures["serving_default"]
+    limits = {name: value.numpy().item() for name, value in loaded.serving_limits().items()}
+    assert limits["max_jpeg_scans"] == 16 and limits["max_gif_blocks"] == 4096
+    for bomb, message in ((progressive_jpeg(16, repeats=10), "Too many scans"),
+                          (gif_of_extension_bytes(200_000), "Too many blocks"),
+                          (png_inflate_bomb(80 << 20), "PNG image data too large")):
+        with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+            serving(images=tf.constant([bomb]))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="out-of-range"):
+        loaded.signatures["predict_images"](images=tf.fill([1, SIZE, SIZE, 3], -1e6))
 
 
 def test_serving_model_keeps_float32_models_and_refuses_unknown_precisions():

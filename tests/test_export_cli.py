@@ -39,10 +39,14 @@ def test_next_version_and_overwrite(keras_file, tmp_path, capsys):
     base = str(tmp_path / "tiny")
     assert main(["--model", keras_file, "--out", base]) == 0
     assert main(["--model", keras_file, "--out", base]) == 0
-    assert main(["--model", keras_file, "--out", base, "--version", "2", "--overwrite", "--top_k", "2"]) == 0
+    limits = ["--max_pixels", "5000", "--max_jpeg_scans", "7", "--max_gif_blocks", "99", "--max_png_idat_ratio", "1.25"]
+    assert main(["--model", keras_file, "--out", base, "--version", "2", "--overwrite", "--top_k", "2", *limits]) == 0
     assert sorted(os.listdir(base)) == ["1", "2"]
-    scores = tf.saved_model.load(os.path.join(base, "2")).signatures["serving_default"].structured_outputs["scores"]
-    assert scores.shape.as_list() == [None, 2]
+    loaded = tf.saved_model.load(os.path.join(base, "2"))
+    assert loaded.signatures["serving_default"].structured_outputs["scores"].shape.as_list() == [None, 2]
+    recorded = {name: value.numpy().item() for name, value in loaded.serving_limits().items()}
+    assert recorded == dict(max_pixels=5000, max_batch_size=64, max_request_pixels=268435456, max_jpeg_scans=7,
+                            max_gif_blocks=99, max_png_idat_ratio=1.25)
 
 
 def test_labels_file_and_features_export(keras_file, tmp_path):
@@ -90,19 +94,30 @@ def test_weights_keras_file_with_a_variant_name(keras_file, tmp_path):
         (["--model", "vit_b16"], "--weights is required"),
         (["--model", "vit_b16", "--weights", "imagenet-foo"], "neither none, a published name"),
         (["--model", "vit_b16", "--weights", "none", "--pooling", "mean"], "flag --pooling=mean"),
+        (["--model", "vit_b16", "--weights", "none", "--max_pixels", "99999999999999999999"],
+         "flag --max_pixels=99999999999999999999: 99999999999999999999 is not an integer in the range [1, "),
+        (["--model", "vit_b16", "--weights", "none", "--max_pixels", "0"], "flag --max_pixels=0"),
+        (["--model", "vit_b16", "--weights", "none", "--max_pixels", "5000", "--max_request_pixels", "4000"],
+         "--max_request_pixels must be at least --max_pixels (a request of one image at the pixel limit must "
+         "fit). Received: --max_request_pixels=4000, --max_pixels=5000"),
+        (["--model", "vit_b16", "--weights", "none", "--max_jpeg_scans", "0"], "flag --max_jpeg_scans=0"),
+        (["--model", "vit_b16", "--weights", "none", "--max_gif_blocks", "9999999"], "flag --max_gif_blocks=9999999"),
+        (["--model", "vit_b16", "--weights", "none", "--max_png_idat_ratio", "nan"],
+         "--max_png_idat_ratio must be a number from 1.0 to 1032.0. Received: --max_png_idat_ratio=nan"),
     ],
 )
 def test_bad_flags_exit_2_with_a_message(tmp_path, capsys, args, message):
     assert main([*args, "--out", str(tmp_path / "m")]) == 2
-    assert message in capsys.readouterr().err
-    assert not os.path.exists(tmp_path / "m" / "1")
+    err = capsys.readouterr().err
+    assert message in err and err.startswith("error: ") and err.count("\n") == 1, err
+    assert not os.path.exists(tmp_path / "m")
 
 
 @pytest.mark.parametrize("flag", [["--image_size", "64"], ["--classes", "3"], ["--pooling", "token"]])
 def test_architecture_flags_are_refused_with_a_keras_model(keras_file, tmp_path, capsys, flag):
     assert main(["--model", keras_file, "--out", str(tmp_path / "m"), *flag]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"error: {flag[0]} cannot apply to a .keras model") and err.count("\n") == 1
+    assert err.startswith("error: ") and f"{flag[0]} cannot apply to a .keras model" in err and err.count("\n") == 1
     assert main(["--model", "vit_b16", "--weights", keras_file, "--out", str(tmp_path / "m"), *flag]) == 2
     assert not os.path.exists(tmp_path / "m")
 

@@ -19,10 +19,17 @@ import logging
 import os
 import tempfile
 
-logger = logging.getLogger(__name__)
+from keras_vit.export.limits import (  # noqa: F401  (no TensorFlow: the CLI reads the defaults before importing it)
+    DEFAULT_MAX_BATCH_SIZE,
+    DEFAULT_MAX_GIF_BLOCKS,
+    DEFAULT_MAX_JPEG_SCANS,
+    DEFAULT_MAX_PIXELS,
+    DEFAULT_MAX_PNG_IDAT_RATIO,
+    DEFAULT_MAX_REQUEST_PIXELS,
+    Limits,
+)
 
-DEFAULT_MAX_PIXELS = 8192 * 8192
-DEFAULT_MAX_BATCH_SIZE = 64
+logger = logging.getLogger(__name__)
 
 
 def _check_tensorflow_backend():
@@ -48,8 +55,15 @@ def export_saved_model(
     jit_compile=False,
     model_name=None,
     precision="float32",
+    max_request_pixels=None,
+    max_jpeg_scans=DEFAULT_MAX_JPEG_SCANS,
+    max_gif_blocks=DEFAULT_MAX_GIF_BLOCKS,
+    max_png_idat_ratio=DEFAULT_MAX_PNG_IDAT_RATIO,
 ) -> str:
     """Writes `model` as a TF Serving version directory `export_base/<version>/` and returns its path.
+
+    The request limits (`max_*`, `keras_vit.export.limits`) are constants of the served graphs: the SavedModel
+    enforces them wherever it is loaded. docs/SERVING.md lists them with what each costs at worst.
 
     Args:
         model: a built Keras model of fixed input size (a keras_vit model, or any model whose input is
@@ -61,7 +75,8 @@ def export_saved_model(
         labels: one label per class; default: ImageNet names for 1000/21843 classes, else `class_{i}`.
         preprocessing: `"auto"` (scale 0..255 to [-1, 1] unless the model has a `preprocessing` layer),
             `"vit"` (always scale) or `"none"`.
-        max_pixels: refuse encoded images whose header claims more pixels (checked before decoding).
+        max_pixels: refuse encoded images whose header claims more pixels (checked before decoding; a GIF
+            counts every frame).
         max_batch_size: refuse requests with more images.
         overwrite: replace an existing version directory.
         jit_compile: compile the model's forward pass with XLA (the serving binary must have XLA).
@@ -70,6 +85,14 @@ def export_saved_model(
             `head` stays float32; inputs and outputs are float32 as before). Use it on CPUs with AMX or
             AVX512-BF16 and on GPUs, where bf16 matmuls are several times faster; on other CPUs bf16 is
             emulated and slower (`keras_vit.export.precision`).
+        max_request_pixels: refuse requests whose images' headers add up to more pixels (each GIF block
+            walked counting 16384); default: the larger of 268435456 (64 images of 2048x2048) and `max_pixels`.
+        max_jpeg_scans: refuse JPEGs with more scans (SOS markers; a progressive JPEG's scans each cost a pass
+            over the image).
+        max_gif_blocks: refuse GIFs with more blocks (extensions, frames, extension sub-blocks, runs of
+            image-data sub-blocks).
+        max_png_idat_ratio: refuse PNGs whose compressed image data (IDAT) exceeds this many times the raw
+            size their header declares, plus 64 KiB (an inflate bomb).
 
     Returns:
         The version directory written.
@@ -92,8 +115,10 @@ def export_saved_model(
     from keras_vit.export import signatures, versions, warmup
 
     _check_tensorflow_backend()
-    for name, value in (("top_k", top_k), ("max_pixels", max_pixels), ("max_batch_size", max_batch_size)):
-        validation.check_positive_int(name, value)
+    validation.check_positive_int("top_k", top_k)
+    limits = Limits(max_pixels=max_pixels, max_batch_size=max_batch_size, max_request_pixels=max_request_pixels,
+                    max_jpeg_scans=max_jpeg_scans, max_gif_blocks=max_gif_blocks,
+                    max_png_idat_ratio=max_png_idat_ratio)  # a ValueError before anything is written
     precision_utils.check_precision(precision)
     spec = signatures.inspect_model(model, preprocessing)
     export_base = os.fspath(export_base)
@@ -107,9 +132,7 @@ def export_saved_model(
             label_file = os.path.join(scratch, "labels.txt")
             label_utils.write(label_file, label_utils.resolve(labels, spec.classes))
             labels_asset = tf.saved_model.Asset(label_file)
-        serving = signatures.Signatures(
-            model, spec, labels_asset, top_k, max_pixels, max_batch_size, jit_compile=jit_compile
-        )
+        serving = signatures.Signatures(model, spec, labels_asset, top_k, limits, jit_compile=jit_compile)
         root, concrete = serving.module()
         tf.saved_model.save(root, staging, signatures=concrete)
         warmup.write(staging, model_name, {name: "images" for name in concrete}, spec.height, spec.width)
@@ -133,4 +156,4 @@ def export_onnx(model, path, preprocessing="auto", opset=None, overwrite=False) 
     return onnx.export(model, path, preprocessing=preprocessing, opset=opset, overwrite=overwrite)
 
 
-__all__ = ["export_saved_model", "export_tflite", "export_onnx"]
+__all__ = ["export_saved_model", "export_tflite", "export_onnx", "Limits"]

@@ -19,15 +19,21 @@ without `--overwrite`.
 Labels (`assets/labels.txt`, the `labels` output): `--labels FILE` (one label a line), else the labels file
 beside a `.keras` model, `<model path without .keras>.labels.txt` (`model.labels.txt` beside `model.keras`,
 one label a line: what the training run knew, written by `training.train` with its export), else ImageNet's
-class names for 1000 and 21843 classes, else `class_<i>`. `--export_base` is the old name of `--out`.
+class names for 1000 and 21843 classes, else `class_<i>`.
+
+Request limits, checked from the encoded bytes before decoding and recorded in the SavedModel's graph (it
+enforces them without keras_vit): `--max_pixels` per image, `--max_request_pixels` per request,
+`--max_batch_size`, and the decoding work of one image, `--max_jpeg_scans`, `--max_gif_blocks`,
+`--max_png_idat_ratio`; docs/SERVING.md ("Request limits") has what each costs at worst.
 """
 
 import os
+import re
 
 from absl import flags
 
 from keras_vit import cli
-from keras_vit.export import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_PIXELS
+from keras_vit.export import limits as limits_module
 
 FORMATS = ("saved_model", "tflite", "onnx")
 
@@ -48,10 +54,27 @@ cli.define_image_size(FLAGS)
 cli.define_classes(FLAGS)
 cli.define_pooling(FLAGS, help="Export features instead of classes: no head, this pooling of the tokens "
                    "(token: the [class] token, avg/max: over the patch tokens) (default: the head).")
-flags.DEFINE_integer("max_pixels", DEFAULT_MAX_PIXELS, "Largest decoded image (width x height) accepted.",
-                     lower_bound=1, flag_values=FLAGS)
-flags.DEFINE_integer("max_batch_size", DEFAULT_MAX_BATCH_SIZE, "Most images accepted in one request.",
-                     lower_bound=1, flag_values=FLAGS)
+_CEILINGS = limits_module.CEILINGS
+flags.DEFINE_integer("max_pixels", limits_module.DEFAULT_MAX_PIXELS, "Largest decoded image (width x height, "
+                     "times the frames of a GIF) accepted, read from the header before decoding.",
+                     lower_bound=1, upper_bound=_CEILINGS["max_pixels"], flag_values=FLAGS)
+flags.DEFINE_integer("max_batch_size", limits_module.DEFAULT_MAX_BATCH_SIZE, "Most images accepted in one request.",
+                     lower_bound=1, upper_bound=_CEILINGS["max_batch_size"], flag_values=FLAGS)
+flags.DEFINE_integer("max_request_pixels", None, "Most decoded pixels in one request, summed over its images from "
+                     f"their headers (each GIF block walked counts {limits_module.GIF_BLOCK_PIXELS}) (default: the "
+                     f"larger of {limits_module.DEFAULT_MAX_REQUEST_PIXELS}, 64 images of 2048x2048, and "
+                     "--max_pixels).", lower_bound=1, upper_bound=_CEILINGS["max_request_pixels"], flag_values=FLAGS)
+flags.DEFINE_integer("max_jpeg_scans", limits_module.DEFAULT_MAX_JPEG_SCANS, "Most scans (SOS markers) in one "
+                     "JPEG: each scan of a progressive JPEG is a pass over the whole image (libjpeg writes 10).",
+                     lower_bound=1, upper_bound=_CEILINGS["max_jpeg_scans"], flag_values=FLAGS)
+flags.DEFINE_integer("max_gif_blocks", limits_module.DEFAULT_MAX_GIF_BLOCKS, "Most blocks in one GIF: extensions, "
+                     "frames, extension sub-blocks and runs of image-data sub-blocks (about 5 per frame).",
+                     lower_bound=1, upper_bound=_CEILINGS["max_gif_blocks"], flag_values=FLAGS)
+flags.DEFINE_float("max_png_idat_ratio", limits_module.DEFAULT_MAX_PNG_IDAT_RATIO, "Most compressed image data "
+                   "(IDAT bytes) a PNG may hold per byte of the raw image its header declares, plus "
+                   f"{limits_module.PNG_IDAT_SLACK} bytes: refuses inflate bombs (deflate inflates up to 1032x).",
+                   lower_bound=limits_module.MIN_PNG_IDAT_RATIO, upper_bound=_CEILINGS["max_png_idat_ratio"],
+                   flag_values=FLAGS)
 flags.DEFINE_enum("preprocessing", "auto", ["auto", "vit", "none"], "auto: scale 0..255 to [-1, 1] unless the "
                   "model has its own `preprocessing` layer; vit: always; none: never.", flag_values=FLAGS)
 flags.DEFINE_bool("jit_compile", False, "XLA-compile the forward pass (SavedModel).", flag_values=FLAGS)
@@ -60,9 +83,6 @@ flags.DEFINE_enum("precision", "float32", ["float32", "bfloat16"], "What the Sav
                   "unchanged). Faster on CPUs with AMX or AVX512-BF16 and on GPUs; slower on other CPUs.",
                   flag_values=FLAGS)
 cli.define_verbose(FLAGS)
-
-RENAMED = {"export_base": "out", "image-size": "image_size"}
-
 
 def _check_labels(fv, argv):
     if fv.labels is not None and not os.path.isfile(fv.labels):
@@ -78,6 +98,25 @@ def _check_precision(fv, argv):
 
 
 cli.add_check(FLAGS, _check_precision)
+
+
+def _check_limits(fv, argv):
+    try:
+        limits_module.Limits(**limits_from_flags(fv))
+    except ValueError as error:  # "`name` must ... Received: name=value" -> "--name must ... Received: --name=value"
+        message = re.sub(r"`(\w+)`", r"--\1", str(error))
+        head, _, received = message.partition("Received: ")
+        raise cli.UsageError(head + "Received: " + re.sub(r"(\w+)=", r"--\1=", received)) from None
+
+
+cli.add_check(FLAGS, _check_limits)
+
+
+def limits_from_flags(fv=FLAGS) -> dict:
+    """The request limits the flags set, as keyword arguments of `export_saved_model`."""
+    names = ("max_pixels", "max_batch_size", "max_request_pixels", "max_jpeg_scans", "max_gif_blocks",
+             "max_png_idat_ratio")
+    return {name: fv[name].value for name in names}
 
 
 def labels_from_flags():
@@ -108,6 +147,9 @@ def run(argv):
         names = {None: "model.tflite", "dynamic_int8": "model_int8.tflite"}
         targets = [(quantize, os.path.join(out, "tflite", name)) for quantize, name in names.items()]
     else:
+        from keras_vit.export import onnx
+
+        onnx.require_tf2onnx()  # a missing tf2onnx stops before the model is built
         targets = [(None, os.path.join(out, "onnx", "model.onnx"))]
     _refuse_existing([path for _, path in targets], FLAGS.overwrite)
     labels = labels_from_flags()
@@ -115,9 +157,9 @@ def run(argv):
     if FLAGS.format == "saved_model":
         cli.progress(f"exporting a SavedModel to {out} ...")
         written = [export.export_saved_model(
-            model, out, version=FLAGS.version, top_k=FLAGS.top_k, labels=labels, max_pixels=FLAGS.max_pixels,
-            max_batch_size=FLAGS.max_batch_size, overwrite=FLAGS.overwrite, preprocessing=FLAGS.preprocessing,
-            jit_compile=FLAGS.jit_compile, precision=FLAGS.precision,
+            model, out, version=FLAGS.version, top_k=FLAGS.top_k, labels=labels, overwrite=FLAGS.overwrite,
+            preprocessing=FLAGS.preprocessing, jit_compile=FLAGS.jit_compile, precision=FLAGS.precision,
+            **limits_from_flags(),
         )]
     else:
         written = []
@@ -142,8 +184,8 @@ def _refuse_existing(paths, overwrite):
 
 def main(argv=None) -> int:
     """The exit status of `python -m keras_vit.export` with `argv` (default: `sys.argv[1:]`)."""
-    return cli.main(run, FLAGS, argv, usage=__doc__, renamed=RENAMED, tensorflow=True)
+    return cli.main(run, FLAGS, argv, usage=__doc__, tensorflow=True)
 
 
 if __name__ == "__main__":
-    cli.run(run, FLAGS, usage=__doc__, renamed=RENAMED, tensorflow=True)
+    cli.run(run, FLAGS, usage=__doc__, tensorflow=True)

@@ -1,4 +1,4 @@
-"""ONNX export of the float signature through tf2onnx (`pip install tf2onnx onnxruntime`).
+"""ONNX export of the float signature through tf2onnx (`pip install "keras-vit[onnx]"`: tf2onnx, onnxruntime).
 
 Input `images` float32 (batch, H, W, 3) in 0..255, output `probabilities` (or `logits`, or `features`),
 the [-1, 1] scaling in the graph. Exact-GELU models (`gelu_approximate=False`, timm/HF weights) contain
@@ -14,9 +14,15 @@ import os
 import numpy as np
 import tensorflow as tf
 
+from keras_vit import extras
 from keras_vit.export import signatures, tflite
 
 DEFAULT_OPSET = 17
+
+
+def require_tf2onnx():
+    """The `tf2onnx` module, or `keras_vit.extras.MissingExtra` naming the `onnx` extra."""
+    return extras.require("tf2onnx", "onnx", "the ONNX export")
 
 
 def _erfc_as_one_minus_erf(ctx, node, name, args):
@@ -53,14 +59,13 @@ def export(model, path, preprocessing="auto", opset=None, overwrite=False) -> st
 
     Raises:
         ValueError: `path` exists and `overwrite` is False.
-        ImportError: tf2onnx is not installed.
+        keras_vit.extras.MissingExtra: tf2onnx is not installed (an ImportError naming the `onnx` extra).
         RuntimeError: tf2onnx logged an error (an op it could not convert).
 
     Example:
         >>> export(model, "vit.onnx")  # doctest: +SKIP
     """
-    import tf2onnx
-
+    tf2onnx = require_tf2onnx()
     path = os.fspath(path)
     if os.path.exists(path) and not overwrite:
         raise ValueError(f"{path!r} already exists; pass overwrite=True (`--overwrite`). Received: path={path!r}")

@@ -7,8 +7,10 @@
 - Models without a head (`include_top=False` with `pooling`): `serving_default` maps encoded images and
   `features` maps float images to `features` float32 [None, D], the pooled representation.
 
-Everything a request can get wrong (bad bytes, too many pixels, too many images, a float batch of the wrong
-size) fails with `InvalidArgumentError`, which TF Serving returns as INVALID_ARGUMENT.
+Everything a request can get wrong (bad bytes, too many pixels, too much decoding work, too many images, a
+float batch of the wrong size or with pixels outside 0..255) fails with `InvalidArgumentError`, which TF
+Serving returns as INVALID_ARGUMENT. The limits (`keras_vit.export.limits.Limits`) are constants of the
+graphs, so the SavedModel enforces them as it is; `serving_limits()` on the loaded object returns them.
 """
 
 import dataclasses
@@ -18,6 +20,7 @@ import tensorflow as tf
 
 from keras_vit import model_parts, preprocessing as vit_preprocessing
 from keras_vit.export import decode
+from keras_vit.export.limits import Limits
 
 PREPROCESSING = ("auto", "vit", "none")
 """`auto`: [-1, 1] scaling unless the model has its own `preprocessing` layer; `vit`: always x/127.5 - 1;
@@ -114,16 +117,14 @@ class Signatures:
         spec: its `ModelSpec`.
         labels_asset: `tf.saved_model.Asset` of the label file (models with a head), else None.
         top_k: classes returned by `serving_default`.
-        max_pixels: largest decoded image accepted, in pixels (read from the header before decoding).
-        max_batch_size: most images accepted in one request.
+        limits: the request limits (`Limits`): pixels, decoding work and images per request.
         jit_compile: compile the model's forward pass with XLA.
     """
 
-    def __init__(self, model, spec, labels_asset, top_k, max_pixels, max_batch_size, jit_compile=False):
+    def __init__(self, model, spec, labels_asset, top_k, limits: Limits, jit_compile=False):
         self._spec = spec
         self._top_k = min(top_k, spec.classes) if spec.classes else None
-        self._max_pixels = max_pixels
-        self._max_batch_size = max_batch_size
+        self._limits = limits
         self._labels_asset = labels_asset
         self._table = label_table(labels_asset) if spec.classes is not None else None
         self._model_outputs = pixels_to_outputs(model, spec, jit_compile)
@@ -142,16 +143,22 @@ class Signatures:
             [f"`images` must be float32 (batch, {spec.height}, {spec.width}, 3) in 0..255; received shape:", shape],
         )
         with tf.control_dependencies([size_check]):
-            batch_check = decode.check_batch_size(padded[0], self._max_batch_size)
+            batch_check = decode.check_batch_size(padded[0], self._limits.max_batch_size)
         with tf.control_dependencies([batch_check]):
-            return [self._check_finite(images)]
+            return [self._check_range(images)]
 
     @staticmethod
-    def _check_finite(images):
-        finite = tf.reduce_all(tf.math.is_finite(tf.reshape(images, [tf.shape(images)[0], -1])), axis=1)
-        first_bad = tf.reduce_min(tf.concat([tf.where(~finite)[:, 0], [tf.size(finite, tf.int64)]], 0))
+    def _check_range(images):
+        """Pixels must be in 0..255: NaN, infinities and values out of range (1e30, -1e6) are refused, not
+        clipped (a client sending [-1, 1] or 0..1 floats, or garbage, learns it instead of a wrong answer)."""
+        flat = tf.reshape(images, [tf.shape(images)[0], -1])
+        in_range = tf.reduce_all(tf.logical_and(flat >= 0.0, flat <= 255.0), axis=1)  # NaN fails both
+        first_bad = tf.reduce_min(tf.concat([tf.where(~in_range)[:, 0], [tf.size(in_range, tf.int64)]], 0))
         return tf.debugging.Assert(
-            tf.reduce_all(finite), ["`images` holds NaN or infinite pixels; first image index with them:", first_bad]
+            tf.reduce_all(in_range),
+            ["`images` holds NaN, infinite or out-of-range pixels (the signature takes 0..255: clip or rescale "
+             "before sending); first image index with them, smallest and largest value in the request:", first_bad,
+             tf.reduce_min(flat), tf.reduce_max(flat)],
         )
 
     def predict_images(self, images):
@@ -164,7 +171,7 @@ class Signatures:
     def serve_encoded(self, images):
         """tf.string [B] of encoded images -> {`scores`, `classes`, `labels`} (or {`features`})."""
         spec = self._spec
-        pixels = decode.decode_images(images, spec.height, spec.width, self._max_pixels, self._max_batch_size)
+        pixels = decode.decode_images(images, spec.height, spec.width, self._limits)
         outputs = self._model_outputs(pixels)
         if spec.classes is None:
             return {"features": outputs}
@@ -176,6 +183,11 @@ class Signatures:
             "labels": self._table.lookup(tf.cast(top.indices, tf.int64)),
         }
 
+    def serving_limits(self):
+        """{limit name: value} as the graphs enforce them (int64, and `max_png_idat_ratio` float64)."""
+        return {name: tf.constant(value, tf.float64 if isinstance(value, float) else tf.int64)
+                for name, value in self._limits.as_dict().items()}
+
     def module(self):
         """-> (tf.Module to save, {signature name: concrete function})."""
         root = tf.Module(name="keras_vit_serving")
@@ -186,6 +198,8 @@ class Signatures:
         pixels = tf.TensorSpec([None, self._spec.height, self._spec.width, 3], tf.float32, name="images")
         float_name = "features" if self._spec.classes is None else "predict_images"
         root.serving_default = tf.function(self.serve_encoded, input_signature=[encoded])
+        # Not a signature (TF Serving lists only those): what the graphs enforce, for `tf.saved_model.load` users.
+        root.serving_limits = tf.function(self.serving_limits, input_signature=[])
         setattr(root, float_name, tf.function(self.predict_images, input_signature=[pixels]))
         signatures = {name: getattr(root, name).get_concrete_function() for name in ("serving_default", float_name)}
         # Track the tf.Variables the graphs captured (not only their Keras wrappers): the TF1-style loader of

@@ -80,6 +80,7 @@ def remove_stale_staging(parent: str) -> list[str]:
 def staged(path: str):
     """Yields a staging directory beside `path`; on success replaces `path` with it, else removes it."""
     parent = os.path.dirname(os.path.abspath(path))
+    created = not os.path.isdir(parent)
     os.makedirs(parent, exist_ok=True)
     remove_stale_staging(parent)
     prefix = f".staging-{os.path.basename(path)}-{socket.gethostname()}-{os.getpid()}-"
@@ -92,3 +93,5 @@ def staged(path: str):
     finally:
         if os.path.exists(staging):
             shutil.rmtree(staging)
+        if created and os.path.isdir(parent) and not os.listdir(parent):
+            os.rmdir(parent)  # a failed first export leaves no empty base path behind

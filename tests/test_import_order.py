@@ -1,0 +1,60 @@
+"""keras_vit's layers are registered with Keras whatever the order of `import keras_vit`, `tensorflow`, `keras`.
+
+`import keras_vit` alone does not import Keras: it registers its layers when Keras is imported (a meta-path
+hook). `import tensorflow` locates Keras with `importlib.util.find_spec("keras")` without importing it, which
+once consumed the hook, so `import keras_vit, tensorflow as tf, keras` and then `keras.saving.load_model`
+failed with `Could not locate class ...`. Each order loads a `.keras` file in a fresh process that never
+touches a keras_vit name (only the imports), as a serving or evaluation script would.
+"""
+
+import itertools
+import os
+import subprocess
+import sys
+
+import pytest
+
+import keras_vit
+
+ORDERS = list(itertools.permutations(("keras_vit", "tensorflow", "keras")))
+
+LOAD = """
+import sys
+for name in sys.argv[2].split(","):
+    __import__(name)
+import keras
+model = keras.saving.load_model(sys.argv[1])
+assert "keras_vit" not in sys.argv[2] or sys.modules["keras_vit"].__name__ == "keras_vit"
+print("loaded", type(model).__name__, model.count_params())
+"""
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    model = keras_vit.ViT(image_size=16, patch_size=8, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32,
+                          classes=3)
+    path = str(tmp_path_factory.mktemp("order") / "m.keras")
+    model.save(path)
+    return path, model.count_params()
+
+
+def test_layers_are_registered_whatever_the_import_order(saved):
+    path, params = saved
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", KERAS_BACKEND="tensorflow")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(keras_vit.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")])
+    # the six fresh processes run side by side (each mostly waits on importing TensorFlow)
+    running = {
+        order: subprocess.Popen([sys.executable, "-c", LOAD, path, ",".join(order)], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=env)
+        for order in ORDERS
+    }
+    failed = {}
+    for order, process in running.items():
+        out, err = process.communicate(timeout=300)
+        if process.returncode != 0 or "loaded" not in out:
+            failed[",".join(order)] = err.strip().splitlines()[-1:] or out
+        else:
+            assert out.split()[-1] == str(params), (order, out)
+    assert not failed, failed
+
