@@ -50,6 +50,7 @@ def test_the_flag_takes_the_layers_from_keras_cv():
     assert cutmix.alpha == 1.0
 
 
+@pytest.mark.e2e
 def test_a_short_run_with_keras_cv_layers_in_tf_data_learns(tmp_path):
     pytest.importorskip("keras_cv")
     cfg = config_of("--augment_library=keras_cv", "--randaugment=2,10", "--mixup=0.2", "--steps=150",

@@ -12,6 +12,7 @@ import textwrap
 
 import pytest
 
+
 SCRIPT = textwrap.dedent(
     """
     import numpy as np, keras, keras_vit, tempfile, os
@@ -30,6 +31,8 @@ SCRIPT = textwrap.dedent(
     print("OK", out.shape)
     """
 )
+
+pytestmark = pytest.mark.e2e  # the end-to-end tier: `python -m pytest -m e2e` (.ci/run runs it)
 
 
 @pytest.mark.backends

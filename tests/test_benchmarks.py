@@ -21,6 +21,8 @@ import flops  # noqa: E402
 import model_matmuls  # noqa: E402
 import report  # noqa: E402
 
+pytestmark = pytest.mark.e2e  # the end-to-end tier: `python -m pytest -m e2e` (.ci/run runs it)
+
 
 @pytest.mark.parametrize(
     "width, gmacs",

@@ -64,6 +64,7 @@ def test_the_cli_builds_at_image_size(checkpoint, tmp_path, capsys):
     assert "input:          48x48x3" in capsys.readouterr().out
 
 
+@pytest.mark.e2e
 def test_module_entry_point(checkpoint, tmp_path):
     source, _ = checkpoint
     env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}  # importing TF set it here

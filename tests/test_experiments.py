@@ -142,6 +142,7 @@ def test_help_and_missing_out(capsys):
     assert "--out is required" in capsys.readouterr().err
 
 
+@pytest.mark.e2e
 def test_tiny_study_writes_every_output(tmp_path, capsys):
     out = tmp_path / "out"
     status = experiments.main([

@@ -89,6 +89,7 @@ def test_layout_of_the_version_directory(exported):
     assert not [name for name in os.listdir(os.path.dirname(path)) if name.startswith(".staging")]
 
 
+@pytest.mark.e2e
 def test_saved_model_cli_show_lists_the_signatures(exported):
     out = _run_cli("show", "--dir", exported[1], "--all")
     blocks = {b.split("']")[0]: b for b in out.split("signature_def['")[1:]}
@@ -103,6 +104,7 @@ def test_saved_model_cli_show_lists_the_signatures(exported):
     assert "outputs['probabilities']" in floats and "shape: (-1, 5)" in floats
 
 
+@pytest.mark.e2e
 def test_saved_model_cli_run_serves_each_signature(exported, tmp_path):
     """`saved_model_cli run` loads through the TF1 session loader, the code path of TF Serving itself."""
     model, path = exported

@@ -18,6 +18,7 @@ def keras_file(tmp_path_factory):
     return str(path)
 
 
+@pytest.mark.e2e
 def test_module_entry_point_exports_and_refuses_to_overwrite(keras_file, tmp_path, capsys):
     base = str(tmp_path / "tiny")
     command = ["--model", keras_file, "--out", base]
@@ -49,6 +50,7 @@ def test_next_version_and_overwrite(keras_file, tmp_path, capsys):
                             max_gif_blocks=99, max_png_idat_ratio=1.25)
 
 
+@pytest.mark.e2e
 def test_labels_file_and_features_export(keras_file, tmp_path):
     (tmp_path / "labels.txt").write_text("cat\ndog\nship\ntree\nbird\n", encoding="utf-8")
     base = str(tmp_path / "tiny")

@@ -16,6 +16,8 @@ import pytest
 
 import keras_vit
 
+pytestmark = pytest.mark.e2e  # the end-to-end tier: `python -m pytest -m e2e` (.ci/run runs it)
+
 ORDERS = list(itertools.permutations(("keras_vit", "tensorflow", "keras")))
 
 LOAD = """

@@ -52,6 +52,7 @@ _OFFLINE_DOWNLOAD = textwrap.dedent("""
 """)
 
 
+@pytest.mark.e2e
 def test_download_path_fails_on_the_network_not_on_a_missing_module(tmp_path):
     result = subprocess.run(
         [sys.executable, "-c", _OFFLINE_DOWNLOAD, str(tmp_path / "tfds")],

@@ -131,6 +131,7 @@ def test_every_public_layer_is_registered_with_keras():
     assert keras.saving.get_registered_object("keras_vit>gelu_tanh") is gelu_tanh
 
 
+@pytest.mark.e2e
 def test_a_keras_file_loads_in_a_fresh_process_that_imports_keras_vit(tmp_path, images):
     """Every keras_vit layer (hybrid stem, drop path, preprocessing) goes through `model.save`; a new process
     fails without `import keras_vit` (as README says) and loads the file with it, with equal outputs."""

@@ -66,6 +66,7 @@ def test_one_device_run_writes_config_checkpoints_metrics_and_a_summary_line(tmp
     assert "compiling the training step" not in again.stdout  # nothing left to train: no step compiles
 
 
+@pytest.mark.e2e
 def test_resumed_run_ends_with_the_weights_of_an_uninterrupted_run(tmp_path):
     args = ["--steps=6", "--checkpoint_every=3", "--keep_checkpoints=5", "--export=false"]
     full = tmp_path / "full"
@@ -100,6 +101,7 @@ def weights_of_checkpoint(prefix):
                      if k.startswith("model/") and "OPTIMIZER" not in k))
 
 
+@pytest.mark.e2e
 def test_nan_loss_stops_with_a_message_and_keeps_the_last_good_checkpoint(tmp_path):
     result = train(tmp_path, "--steps=20", "--checkpoint_every=1", "--optimizer=sgd", "--learning_rate=1e30",
                    "--grad_clip_norm=0", "--warmup_steps=0", "--schedule=constant", "--export=false")
@@ -116,6 +118,7 @@ def test_nan_loss_stops_with_a_message_and_keeps_the_last_good_checkpoint(tmp_pa
     assert not (tmp_path / "metrics.json").exists()
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("precision", ["bfloat16", pytest.param("float16", marks=pytest.mark.slow)])
 def test_mixed_precision_step(tmp_path, precision):
     result = train(tmp_path, "--steps=1", f"--mixed_precision={precision}", "--export=false")
@@ -140,6 +143,7 @@ def test_augmentations_and_export_run(tmp_path):
     assert "classified 3 test images with the exported model" in result.stdout
 
 
+@pytest.mark.e2e
 def test_finetune_recipe_loads_weights_resamples_and_zeroes_the_new_head(tmp_path):
     sys.path.insert(0, os.path.dirname(__file__))
     from numpy_reference import random_official_params

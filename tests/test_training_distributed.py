@@ -10,6 +10,9 @@ import textwrap
 
 import h5py
 import numpy as np
+import pytest
+
+pytestmark = pytest.mark.e2e  # the end-to-end tier: `python -m pytest -m e2e` (.ci/run runs it)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="", PYTHONPATH=ROOT)
@@ -17,6 +20,7 @@ TINY = dict(image_size=8, patch_size=4, hidden_size=16, num_layers=1, num_heads=
             log_every=1, show_predictions=0, export=False, jit_compile=False)
 TWO_CPUS = """
 import tensorflow as tf
+
 _cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(_cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 """

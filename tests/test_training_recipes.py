@@ -139,6 +139,7 @@ def scratch_run(folder, tmp_path_factory):
     return workdir, *_run(cfg)
 
 
+@pytest.mark.e2e
 def test_a_short_scratch_run_learns_and_says_its_recipe(scratch_run):
     workdir, metrics, printed = scratch_run
     assert metrics["eval_accuracy"] >= 0.8  # chance: 1/3
@@ -150,6 +151,7 @@ def test_a_short_scratch_run_learns_and_says_its_recipe(scratch_run):
         assert file.read().split() == ["bar", "bottom_right", "top_left"]
 
 
+@pytest.mark.e2e
 def test_a_short_finetune_from_the_scratch_run_learns(scratch_run, folder, tmp_path):
     workdir, _, _ = scratch_run
     cfg = config.make_config(None, dataset=f"folder:{folder}", image_size=16, steps=30, global_batch_size=16,
@@ -160,6 +162,7 @@ def test_a_short_finetune_from_the_scratch_run_learns(scratch_run, folder, tmp_p
     assert metrics["eval_accuracy"] >= 0.8
 
 
+@pytest.mark.e2e
 def test_a_short_demo_run_learns(tmp_path):
     cfg = config.make_config(None, steps=300, workdir=str(tmp_path), export=False, **SMALL)
     metrics, printed = _run(cfg)

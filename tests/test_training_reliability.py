@@ -250,13 +250,13 @@ def test_unreadable_checkpoints_are_refused_unless_overwritten(finished, tmp_pat
     assert checkpoint_numbers(workdir) == [4, 6] and non_finite_tensors(workdir / "checkpoints" / "ckpt-6") == []
 
 
-def test_a_run_from_before_a_changed_default_resumes_with_the_old_value_given(finished, tmp_path):
+def test_a_changed_model_field_is_refused_and_the_same_command_resumes(finished, tmp_path):
     workdir = tmp_path / "run"
     shutil.copytree(finished, workdir)
     assert json.loads((workdir / "config.json").read_text())["classifier"] is None  # the [class] token
-    with pytest.raises(WorkdirError, match=r"classifier.*where a default changed since that run"):
+    with pytest.raises(WorkdirError, match=r"classifier.*cannot change within a run.*give its old value"):
         run(workdir, **FINISHED, classifier="gap")
-    out = run(workdir, **FINISHED, classifier="token")  # the same head, spelt out
+    out = run(workdir, **FINISHED)
     assert "resumed from" in out and "after 6 steps" in out.strip().splitlines()[-1]
 
 

@@ -176,6 +176,7 @@ def _write_three_classes(root):
                 Image.fromarray(image).save(os.path.join(root, split, label, f"{i}.png"))
 
 
+@pytest.mark.e2e
 def test_the_app_fine_tunes_its_own_run_onto_other_classes_and_size(tmp_path):
     """Pre-train on the embedded digits (10 classes, 8x8), then the run's folder onto 3 classes at 16x16."""
     import subprocess

@@ -31,7 +31,11 @@ def test_paper_count_formula_reproduces_the_golden_counts():
         assert paper_count(VARIANTS[name]) == count
 
 
-@pytest.mark.parametrize("name", [n for n, v in VARIANTS.items() if not v.hybrid])  # hybrids: test_resnet.py
+FULL_SIZE = ("H14", "L16", "L32")  # seconds each to build: the end-to-end tier
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.e2e) if n in FULL_SIZE else n
+                                  for n, v in VARIANTS.items() if not v.hybrid])  # hybrids: test_resnet.py
 def test_every_variant_has_its_golden_parameter_count(name):
     model = getattr(keras_vit, VARIANTS[name].constructor_name)(weights=None)
     assert model.count_params() == GOLDEN.get(name, paper_count(VARIANTS[name]))

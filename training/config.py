@@ -228,14 +228,6 @@ RESUMABLE_FIELDS = fields_where("resume", "free")
 """The fields that may change on any resume: they do not change what is computed."""
 
 
-def resolved_classifier(values: dict) -> str | None:
-    """The head that a config's values build: `classifier`, where None without --weights is the [class] token
-    ("token"); None with --weights is the checkpoint's."""
-    if values.get("classifier") is None and not values.get("weights"):
-        return "token"
-    return values.get("classifier")
-
-
 def make_config(recipe: str | None = "demo", **overrides) -> Config:
     """The recipe's values, then `overrides` (the explicitly given flags), as one frozen `Config`.
 

@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import re
@@ -19,19 +18,13 @@ import re
 import tensorflow as tf
 
 from training import distribute, workdir_lock
-from training.config import OPTIMISATION_FIELDS, RESUMABLE_FIELDS, Config, resolved_classifier
+from training.config import OPTIMISATION_FIELDS, RESUMABLE_FIELDS
 from training.sources import shown_path
 
 RESUMABLE_CHANGES = set(RESUMABLE_FIELDS)  # they do not change what is computed
 # Fields that may change on resume with `resume_with_changes` (the optimisation's, see training.config).
 OPTIMISATION_CHANGES = set(OPTIMISATION_FIELDS)
 HISTORY_KEY = "resumed_with_changes"  # in config.json: [{"step": N, "changed": {field: [old, new]}}, ...]
-
-
-def _resolved(values: dict) -> dict:
-    """A config.json's values with the defaults that mean the same thing made equal (`resolved_classifier`:
-    an older run without --classifier resumes with --classifier=token)."""
-    return dict(values, classifier=resolved_classifier(values))
 
 
 class WorkdirError(ValueError):
@@ -106,10 +99,10 @@ class WorkdirMixin:
                 f"this run's config, or use another --workdir."
             ) from error
         self._config_history = list(old.get(HISTORY_KEY, []))
-        # A field newer than that config.json (e.g. augment_library) had its default there, as in `Config.from_json`.
-        old = _resolved({**{f.name: f.default for f in dataclasses.fields(Config)}, **old})
-        new = _resolved(json.loads(self.cfg.to_json()))
-        changed = {k: (old.get(k), new[k]) for k in new if old.get(k) != new[k] and k not in RESUMABLE_CHANGES}
+        old.pop(HISTORY_KEY, None)
+        new = json.loads(self.cfg.to_json())
+        changed = {k: (old.get(k), new.get(k)) for k in sorted(set(old) | set(new))
+                   if old.get(k) != new.get(k) and k not in RESUMABLE_CHANGES}
         fixed = sorted(set(changed) - OPTIMISATION_CHANGES)
         if not changed or (resume_with_changes and not fixed):
             return changed
