@@ -81,11 +81,9 @@ def test_keras_cv_missing_is_one_usage_error_naming_the_extra(tmp_path, monkeypa
     assert not (tmp_path / "run").exists()  # refused before anything ran
 
 
-def test_a_workdir_from_before_the_flag_resumes_with_the_default(tmp_path):
+def test_another_augment_library_is_refused_on_resume(tmp_path):
     cfg = config.make_config("demo", steps=4, workdir=str(tmp_path))
-    old = json.loads(cfg.to_json())
-    del old["augment_library"]  # a config.json written before the field existed
-    (tmp_path / "config.json").write_text(json.dumps(old))
+    (tmp_path / "config.json").write_text(cfg.to_json())
     assert workdir.WorkdirMixin._check_config(types.SimpleNamespace(cfg=cfg), resume_with_changes=False) == {}
     other = config.make_config("demo", steps=4, workdir=str(tmp_path), augment_library="keras_cv")
     with pytest.raises(workdir.WorkdirError, match="augment_library"):

@@ -31,6 +31,7 @@ def weights(path):
     return arrays
 
 
+@pytest.mark.e2e
 def test_one_device_run_writes_config_checkpoints_metrics_and_a_summary_line(tmp_path):
     result = train(tmp_path, "--steps=4", "--checkpoint_every=2", "--strategy=one_device", "--export=false",
                    "--eval_every=2")
