@@ -8,6 +8,9 @@ and spread of test accuracy and of wall time per row. Wall time is the whole pro
     python benchmarks/train_quality.py --baseline PATH/plain_vit.py --seeds 3 --json benchmarks/train_quality.json
     python benchmarks/train_quality.py --baseline PATH/plain_vit.py --variant token=--classifier=token
 
+A small Keras CNN (`cnn_baseline.py`, keras.io's simple MNIST convnet with the same recipe shape) runs beside them
+(`--no-cnn` leaves it out): where the ViTs still trail a CNN on small data, as the paper says they do.
+
 `--variant NAME=FLAGS` adds a runner: the app with the defaults plus FLAGS (space-separated), interleaved with
 the others, reported against the plain script like the defaults. It measures a candidate default.
 
@@ -52,6 +55,9 @@ def plain_command(baseline, dataset, root, budget):
     return [sys.executable, baseline, *data, "--epochs", str(budget["epochs"]), "--batch", str(budget["batch"])]
 
 
+CNN_SCRIPT = os.path.join(HERE, "cnn_baseline.py")
+
+
 def children_cpu_seconds():
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
@@ -75,8 +81,8 @@ def run_app(dataset, root, seed, scratch, budget, env, name="app", flags=()):
     return {"accuracy": accuracy, "wall_s": wall, "cpu_s": cpu, "first_line": stdout.splitlines()[0] if stdout else ""}
 
 
-def run_plain(baseline, dataset, root, budget, env):
-    stdout, wall, cpu = timed(plain_command(baseline, dataset, root, budget), env)
+def run_plain(baseline, dataset, root, budget, env, extra=()):
+    stdout, wall, cpu = timed([*plain_command(baseline, dataset, root, budget), *extra], env)
     found = re.search(r"test accuracy ([0-9.]+)", stdout)
     if not found:
         raise RuntimeError(f"No 'test accuracy' line in the baseline's output:\n{stdout[-2000:]}")
@@ -94,7 +100,7 @@ def summarise(runs):
 
 
 def runner_label(runner):
-    return {"app": "app defaults", "plain": "plain Keras ViT"}.get(runner, f"app {runner}")
+    return {"app": "app defaults", "plain": "plain Keras ViT", "cnn": "small Keras CNN"}.get(runner, f"app {runner}")
 
 
 def report(results, variants):
@@ -107,7 +113,7 @@ def report(results, variants):
     cpu_ratios = {runner: [] for runner in app_runners}
     for dataset, rows in results.items():
         summaries = {runner: summarise(runs) for runner, runs in rows.items()}
-        for runner in [*app_runners, "plain"]:
+        for runner in [*app_runners, "plain", *(["cnn"] if "cnn" in rows else [])]:
             s = summaries[runner]
             lines.append(f"| {dataset} | {runner_label(runner)} | {s['accuracy'][0]:.4f} +- {s['accuracy'][1]:.4f} | "
                          f"{s['wall_s'][0]:.0f} +- {s['wall_s'][1]:.0f} | {s['cpu_s'][0]:.0f} +- {s['cpu_s'][1]:.0f} | "
@@ -119,6 +125,12 @@ def report(results, variants):
             cpu_ratios[runner].append(summaries[runner]["cpu_s"][0] / plain["cpu_s"][0])
             lines.append(f"| {dataset} | {runner_label(runner)} - plain | {gaps[runner][-1] * 100:+.2f} points | "
                          f"{ratios[runner][-1]:.2f}x | {cpu_ratios[runner][-1]:.2f}x | |")
+            if "cnn" in summaries:
+                cnn = summaries["cnn"]
+                lines.append(f"| {dataset} | {runner_label(runner)} - CNN | "
+                             f"{(summaries[runner]['accuracy'][0] - cnn['accuracy'][0]) * 100:+.2f} points | "
+                             f"{summaries[runner]['wall_s'][0] / cnn['wall_s'][0]:.2f}x | "
+                             f"{summaries[runner]['cpu_s'][0] / cnn['cpu_s'][0]:.2f}x | |")
     lines.append("")
     for runner in app_runners:
         lines.append(f"{runner_label(runner)}: mean gap over datasets {statistics.mean(gaps[runner]) * 100:+.2f} "
@@ -131,8 +143,8 @@ def parse_variants(specs, parser):
     variants = {}
     for spec in specs:
         name, sep, flags = spec.partition("=")
-        if not sep or not name or not flags or name in ("app", "plain") or name in variants:
-            parser.error(f"--variant takes NAME=FLAGS with a new name other than app and plain. "
+        if not sep or not name or not flags or name in ("app", "plain", "cnn") or name in variants:
+            parser.error(f"--variant takes NAME=FLAGS with a new name other than app, plain and cnn. "
                          f"Received: --variant={spec!r}")
         variants[name] = flags.split()
     return variants
@@ -150,13 +162,16 @@ def main(argv=None):
     parser.add_argument("--variant", action="append", default=[],
                         help="NAME=FLAGS: also run the app with these extra flags (repeatable)")
     parser.add_argument("--json", help="also write every run and the summary to this file")
+    parser.add_argument("--cnn", action=argparse.BooleanOptionalAction, default=True,
+                        help="also run the small Keras CNN (cnn_baseline.py), interleaved with the others")
     args = parser.parse_args(argv)
     variants = parse_variants(args.variant, parser)
     if not os.path.isfile(args.baseline):
         parser.error(f"--baseline must be the plain script's path. Received: --baseline={args.baseline!r}")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     datasets = args.datasets.split(",")
-    results = {d: {runner: [] for runner in ["app", *variants, "plain"]} for d in datasets}
+    results = {d: {runner: [] for runner in ["app", *variants, "plain", *(["cnn"] if args.cnn else [])]}
+               for d in datasets}
     jiffies, load_start = cpu_jiffies(), os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as scratch:
         root = args.root or scratch
@@ -171,9 +186,14 @@ def main(argv=None):
                 for name, flags in variants.items():
                     rows[name].append(run_app(dataset, folder, seed, scratch, budget, env, name, flags))
                 rows["plain"].append(run_plain(args.baseline, dataset, folder, budget, env))
+                if args.cnn:
+                    rows["cnn"].append(run_plain(CNN_SCRIPT, dataset, folder, budget, env, ["--seed", str(seed)]))
                 print(f"{dataset} seed {seed}: " + ", ".join(
                     f"{runner_label(runner)} {runs[-1]['accuracy']:.4f} ({runs[-1]['wall_s']:.0f} s)"
                     for runner, runs in rows.items()), flush=True)
+                if args.json:  # every finished seed, so that a long run that stops early keeps its runs
+                    with open(args.json, "w", encoding="utf-8") as file:
+                        json.dump({"variants": variants, "results": results, "partial": True}, file, indent=2)
     machine = {"load_average_start": load_start, "load_average_end": os.getloadavg()[0],
                "steal_share": steal_share(jiffies, cpu_jiffies()) if jiffies else None,
                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpus": os.cpu_count()}

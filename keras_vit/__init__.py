@@ -21,7 +21,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     **{name: "keras_vit.applications" for name in (
         "ViT_Ti16", "ViT_S16", "ViT_S32", "ViT_B8", "ViT_B16", "ViT_B32", "ViT_L16", "ViT_L32", "ViT_H14",
-        "ViT_R50_B16",
+        "ViT_R50_B16", "ViT_R_Ti16", "ViT_R26_S32", "ViT_R26_B32", "ViT_R50_L32",
     )},
     **{name: "keras_vit.layers" for name in (
         "Patches", "PatchEncoder", "TransformerBlock", "MultiHeadSelfAttention", "DropPath", "TokenPooling",
@@ -48,6 +48,10 @@ __all__ = [
     "ViT_L32",
     "ViT_H14",
     "ViT_R50_B16",
+    "ViT_R_Ti16",
+    "ViT_R26_S32",
+    "ViT_R26_B32",
+    "ViT_R50_L32",
     "BiT",
     "BiT_R50x1",
     "forward_flops",

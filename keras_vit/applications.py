@@ -7,7 +7,7 @@ from keras_vit.bit import BiT_R50x1
 from keras_vit.variants import VARIANTS, Variant
 from keras_vit.weights import DEFAULT_WEIGHTS, IMAGENET_WEIGHTS
 
-_DOCSTRING = """Instantiates {hybrid}ViT-{width}/{patch} (paper Table 1: {layers} layers, D={hidden}, MLP {mlp}, {heads} heads).
+_DOCSTRING = """Instantiates {title} ({hybrid}paper Table 1: {layers} layers, D={hidden}, MLP {mlp}, {heads} heads).
 
     Args:
         include_top: add the [class]-token pooling and the classification `head`.
@@ -17,7 +17,8 @@ _DOCSTRING = """Instantiates {hybrid}ViT-{width}/{patch} (paper Table 1: {layers
             file or training run of this architecture (any classes and size; see `keras_vit.ViT` and
             `keras_vit.weights`).
         input_tensor: optional Keras tensor to use as image input.
-        input_shape: (height, width, channels), multiples of {patch}; default: the checkpoint's resolution
+        input_shape: (height, width, channels), multiples of {patch} (the pixels between tokens); default: the
+            checkpoint's resolution
             ((224, 224, 3) without weights). Another size resamples the position embedding.
         pooling: with `include_top=False`: None (token sequence), "token", "avg" or "max".
         classes: number of classes of the head; default: the checkpoint's (1000 without weights). Other
@@ -37,6 +38,17 @@ _DOCSTRING = """Instantiates {hybrid}ViT-{width}/{patch} (paper Table 1: {layers
         >>> model.output_shape
         (None, 1000)
     """
+
+
+def _stem_summary(variant: Variant) -> str:
+    """For a hybrid: its ResNet stem and how the embedding cuts the stem's feature map."""
+    if not variant.hybrid:
+        return ""
+    stem = variants.RESNET_STEMS[variant.hybrid]
+    units = f"{stem['block_units']} units" if stem["block_units"] else "the root alone"
+    p = variants.feature_patch_size(stem, variant.patch_size)
+    return (f"ResNet stem {variant.hybrid!r}: {units}, stride {variants.stem_stride(stem['block_units'])}, its "
+            f"feature map cut into {p}x{p} patches, tokens {variant.patch_size} pixels apart; Transformer of ")
 
 
 def _constructor(variant: Variant):
@@ -66,6 +78,7 @@ def _constructor(variant: Variant):
 
     constructor.__name__ = constructor.__qualname__ = variant.constructor_name
     constructor.__doc__ = _DOCSTRING.format(
+        title=variant.title,
         width=variant.width_name,
         patch=variant.patch_size,
         layers=variant.num_layers,
@@ -75,7 +88,7 @@ def _constructor(variant: Variant):
         constructor=variant.constructor_name,
         default_weights=repr(DEFAULT_WEIGHTS.get(variant.name)),
         imagenet=repr(IMAGENET_WEIGHTS[variant.name]) if variant.name in IMAGENET_WEIGHTS else "none published",
-        hybrid=f"{variant.hybrid.upper()}+" if variant.hybrid else "",
+        hybrid=_stem_summary(variant),
     )
     return constructor
 
@@ -90,6 +103,10 @@ ViT_L16 = _constructor(VARIANTS["L16"])
 ViT_L32 = _constructor(VARIANTS["L32"])
 ViT_H14 = _constructor(VARIANTS["H14"])
 ViT_R50_B16 = _constructor(VARIANTS["R50_B16"])
+ViT_R_Ti16 = _constructor(VARIANTS["R_Ti16"])
+ViT_R26_S32 = _constructor(VARIANTS["R26_S32"])
+ViT_R26_B32 = _constructor(VARIANTS["R26_B32"])
+ViT_R50_L32 = _constructor(VARIANTS["R50_L32"])
 
 BIT_CONSTRUCTORS = {name: globals()[constructor] for name, constructor in variants.BIT_MODELS.items()}
 """The BiT ResNet constructors by lower-case model name (`"bit_r50x1"`): no patches, no published weights."""

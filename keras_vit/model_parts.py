@@ -26,6 +26,7 @@ Example:
 
 PREPROCESSING = "preprocessing"
 RESNET_STEM = "resnet_stem"
+CONV_STEM = "conv_stem"
 PATCHES = "patches"
 PATCH_ENCODER = "patch_encoder"
 ENCODER_NORM = "encoder_norm"
@@ -68,6 +69,11 @@ def preprocessing(model):
 def resnet_stem(model):
     """The hybrid's `ResNetStem` (paper section 3.1), or None for a plain ViT."""
     return _optional(model, RESNET_STEM)
+
+
+def conv_stem(model):
+    """The `ConvStem` of `tokenizer="conv"`, or None."""
+    return _optional(model, CONV_STEM)
 
 
 def patches(model):

@@ -26,7 +26,9 @@ class Variant:
         num_layers: L, the number of Transformer blocks.
         num_heads: attention heads per block.
         mlp_dim: hidden width of each block's MLP (4 D in every published model).
-        hybrid: `"r50"` for the paper's ResNet-50 + ViT hybrid, else None.
+        hybrid: the name of a hybrid's ResNet stem in `RESNET_STEMS` (`"r50"` for the paper's R50+ViT-B/16),
+            else None.
+        published_name: the name the authors published a hybrid under (`"R+ViT-Ti/16"`), else None.
     """
 
     name: str
@@ -37,6 +39,12 @@ class Variant:
     num_heads: int
     mlp_dim: int
     hybrid: str | None = None
+    published_name: str | None = None
+
+    @property
+    def title(self) -> str:
+        """The model as the papers name it: `"ViT-B/16"`, or a hybrid's published name (`"R50+ViT-B/16"`)."""
+        return self.published_name or f"ViT-{self.width_name}/{self.patch_size}"
 
     @property
     def constructor_name(self) -> str:
@@ -75,11 +83,11 @@ _WIDTHS = {
 _NAMED = [("Ti", 16), ("S", 16), ("S", 32), ("B", 8), ("B", 16), ("B", 32), ("L", 16), ("L", 32), ("H", 14)]
 
 
-def _variant(width_name: str, patch_size: int, hybrid: str | None = None) -> Variant:
+def _variant(width_name: str, patch_size: int, hybrid: str | None = None, name: str | None = None,
+             published_name: str | None = None) -> Variant:
     num_layers, hidden_size, mlp_dim, num_heads = _WIDTHS[width_name]
-    prefix = f"{hybrid.upper()}_" if hybrid else ""
     return Variant(
-        name=f"{prefix}{width_name}{patch_size}",
+        name=name or f"{width_name}{patch_size}",
         width_name=width_name,
         patch_size=patch_size,
         hidden_size=hidden_size,
@@ -87,11 +95,20 @@ def _variant(width_name: str, patch_size: int, hybrid: str | None = None) -> Var
         num_heads=num_heads,
         mlp_dim=mlp_dim,
         hybrid=hybrid,
+        published_name=published_name,
     )
 
 
-RESNET_STEMS = {"r50": dict(block_units=(3, 4, 9), width=64)}
-"""The hybrid stems of the paper by name: R50 is ResNet-50 with (3, 4, 9) units (stride 16), width 64."""
+RESNET_STEMS = {
+    "r": dict(block_units=(), width=64),
+    "r26": dict(block_units=(2, 2, 2, 2), width=64),
+    "r50": dict(block_units=(3, 4, 9), width=64),
+    "r50_s32": dict(block_units=(3, 4, 6, 3), width=64),
+}
+"""The published hybrids' ResNet stems by name (vit_jax/configs/models.py, `resnet.num_layers`, width 64):
+`"r"` the root alone (R+ViT-Ti/16, stride 4), `"r26"` (2, 2, 2, 2) units (R26+ViT-S/32 and B/32, stride 32),
+`"r50"` (3, 4, 9) units (the paper's R50+ViT-B/16, stride 16) and `"r50_s32"` the real ResNet-50's (3, 4, 6, 3)
+units (R50+ViT-L/32, stride 32)."""
 
 
 def stem_stride(block_units) -> int:
@@ -99,16 +116,30 @@ def stem_stride(block_units) -> int:
     return 4 * 2 ** max(len(block_units) - 1, 0)
 
 
+def feature_patch_size(stem: dict | None, patch_size: int) -> int:
+    """Side of the patches the embedding cuts: `patch_size` pixels, or for a hybrid (`stem`, from
+    `resolve_hybrid`) `patch_size / stride` features of the stem's map (8 for R+ViT-Ti/16, 1 for R50+ViT-B/16).
+
+    Example:
+        >>> feature_patch_size(resolve_hybrid("r", 32), 32), feature_patch_size(None, 16)
+        (8, 16)
+    """
+    if stem is None:
+        return patch_size
+    return patch_size // stem_stride(stem.get("block_units", RESNET_STEMS["r50"]["block_units"]))
+
+
 def resolve_hybrid(hybrid, patch_size: int):
     """`ResNetStem` arguments for the `hybrid` argument of `keras_vit.ViT`, or None for a plain ViT.
 
     Args:
-        hybrid: None, a name in `RESNET_STEMS` (`"r50"`), or a dict of `keras_vit.layers.resnet.ResNetStem`
+        hybrid: None, a name in `RESNET_STEMS` (`"r50"`, ...), or a dict of `keras_vit.layers.resnet.ResNetStem`
             arguments (`block_units`, `width`, `groups`).
-        patch_size: the model's effective patch size, which must equal the stem's stride.
+        patch_size: the model's effective patch size in pixels, a multiple of the stem's stride (the
+            embedding cuts the stem's feature map into patches of `patch_size / stride` features).
 
     Raises:
-        ValueError: for an unknown name, a non-dict, or a patch size other than the stem's stride.
+        ValueError: for an unknown name, a non-dict, or a patch size that is not a multiple of the stride.
 
     Example:
         >>> resolve_hybrid("r50", patch_size=16)
@@ -128,20 +159,30 @@ def resolve_hybrid(hybrid, patch_size: int):
     else:
         raise ValueError(f"`hybrid` must be None, a stem name or a dict of ResNetStem arguments. Received: hybrid={hybrid!r}")
     stride = stem_stride(stem.get("block_units", RESNET_STEMS["r50"]["block_units"]))
-    if patch_size != stride:
+    if not isinstance(patch_size, int) or patch_size < stride or patch_size % stride:
         raise ValueError(
-            f"A hybrid's patch size is the stride of its ResNet stem ({stride}); the stem's feature map is cut "
-            f"into patches of size 1. Received: patch_size={patch_size}, hybrid={hybrid!r}"
+            f"A hybrid's patch size must be a multiple of the stride of its ResNet stem ({stride}): the stem's "
+            f"feature map is cut into patches of patch_size / {stride} features. Received: patch_size="
+            f"{patch_size}, hybrid={hybrid!r}. Use patch_size={stride} (1x1 patches) or a multiple of it."
         )
     return stem
 
 
-# (width name, patch size, hybrid stem) of the hybrid constructors: the paper's R50+ViT-B/16, whose
-# patch size 16 is the stride of its ResNet-50 stem (feature map cut into 1x1 patches).
-_HYBRIDS = [("B", 16, "r50")]
+# (name, width name, patch size, stem, published name) of the hybrid constructors (vit_jax/configs/models.py).
+# The patch size is the model's effective stride in pixels: the stem's stride times the patch side on its
+# feature map. R+ViT-Ti/16 cuts the root's stride-4 map into 8x8 patches (`patches.size = (8, 8)`), so its
+# tokens are 32 pixels apart; the "/16" of its published name assumes a 2x root (its config's comment).
+_HYBRIDS = [
+    ("R50_B16", "B", 16, "r50", "R50+ViT-B/16"),
+    ("R_Ti16", "Ti", 32, "r", "R+ViT-Ti/16"),
+    ("R26_S32", "S", 32, "r26", "R26+ViT-S/32"),
+    ("R26_B32", "B", 32, "r26", "R26+ViT-B/32"),
+    ("R50_L32", "L", 32, "r50_s32", "R50+ViT-L/32"),
+]
 
 VARIANTS: dict[str, Variant] = {
-    v.name: v for v in [*(_variant(w, p) for w, p in _NAMED), *(_variant(w, p, h) for w, p, h in _HYBRIDS)]
+    v.name: v for v in [*(_variant(w, p) for w, p in _NAMED),
+                        *(_variant(w, p, stem, name, title) for name, w, p, stem, title in _HYBRIDS)]
 }
 
 
@@ -158,6 +199,8 @@ DEFAULTS = dict(
     layer_norm_epsilon=1e-6,
     qkv_bias=True,
     pos_embedding="learned",
+    tokenizer="patches",
+    locality_attention=False,
 )
 """The one table of `keras_vit.ViT`'s architecture defaults (ViT-B/16 at 224 as the official code): what an
 argument left at None becomes when no checkpoint sets it."""

@@ -19,6 +19,9 @@ from keras_vit import initialization as initialization_lib
 from keras_vit import model_config, model_parts, pos_embed, preprocessing, validation, variants, weights_files
 from keras_vit.layers import Patches, PatchEncoder, TokenPooling, TransformerBlock
 from keras_vit.layers.resnet import ResNetStem
+from keras_vit.layers.tokenizers import ConvStem, ShiftedPatches, conv_stem_widths
+
+TOKENIZERS = ("patches", "conv", "shifted_patches")
 
 
 def head_dtype():
@@ -56,6 +59,8 @@ def ViT(
     initialization=None,
     rematerialize=True,
     pos_embedding=None,
+    tokenizer=None,
+    locality_attention=None,
 ):
     """Builds a Vision Transformer (Dosovitskiy et al., ICLR 2021, arXiv 2010.11929, section 3.1).
 
@@ -101,11 +106,12 @@ def ViT(
             official code].
         include_preprocessing: put the official [0, 255] -> [-1, 1] scaling inside the model.
         name: model name.
-        hybrid: None for the plain ViT; `"r50"` for the paper's hybrid (section 3.1): the image goes
-            through the ResNet-50 stem `resnet_stem` (GroupNorm, weight standardisation) and its feature
-            map is cut into patches of size 1; `patch_size` is then the stem's stride (16) and the image
-            size must be a multiple of it. A dict of `keras_vit.layers.ResNetStem` arguments builds
-            another stem (e.g. a tiny one for tests).
+        hybrid: None for the plain ViT, or a ResNet stem (section 3.1) by name (`keras_vit.variants.RESNET_STEMS`:
+            `"r50"` for the paper's R50+ViT-B/16, `"r50_s32"`, `"r26"`, `"r"` the root alone) or as a dict of
+            `keras_vit.layers.ResNetStem` arguments: the image goes through the stem `resnet_stem` (GroupNorm,
+            weight standardisation) and its feature map is cut into patches of `patch_size / stride` features;
+            `patch_size` (the pixels between tokens) must be a multiple of the stem's stride (16 for `"r50"`,
+            32 for `"r26"` and `"r50_s32"`, 4 for `"r"`), and the image size a multiple of `patch_size`.
         pos_embed_interpolation: how a checkpoint's position embedding is resampled to another input size:
             `"bilinear"` (the official corner-aligned method, as `scipy.ndimage.zoom(order=1)`) or
             `"bicubic"` (`keras_vit.pos_embed`).
@@ -119,6 +125,14 @@ def ViT(
         pos_embedding: `"learned"` (the paper's 1-D table, resampled for another resolution) or `"sincos2d"`
             (big_vision's fixed 2-D sin-cos table, no weights; `keras_vit.pos_embed.sincos_2d`). Checkpoints
             with a learned table load only into `"learned"` [the checkpoint's, else "learned"].
+        tokenizer: how the image becomes tokens: `"patches"` (the paper's linear projection of P x P patches),
+            `"conv"` (a convolutional stem: log2(P) stride-2 3x3 convolutions with BatchNorm and ReLU, then the
+            projection; Xiao et al. 2021; P a power of two) or `"shifted_patches"` (shifted patch tokenization,
+            Lee et al. 2021). The last two are options for training from scratch on small data
+            (`keras_vit.layers.tokenizers`); published checkpoints load only into `"patches"` [a keras_vit
+            file's own, else "patches"].
+        locality_attention: locality self-attention in every block (no attention to oneself, a learned
+            temperature; Lee et al. 2021), for small data [a keras_vit file's own, else False].
         rematerialize: while training, each block recomputes its MLP hidden layer and attention
             probabilities in the backward pass instead of storing them: the same gradients with less memory
             and some more compute (`TransformerBlock`); False stores them. No effect on inference or loading.
@@ -264,6 +278,15 @@ def _check(a: dict) -> None:
         raise ValueError(f"The sincos2d position embedding needs a `hidden_size` divisible by 4. "
                          f"Received: hidden_size={a['hidden_size']}")
     validation.check_choice("initialization", a["initialization"], (None, *initialization_lib.SCHEMES))
+    validation.check_choice("tokenizer", a["tokenizer"], TOKENIZERS)
+    validation.check_bool("locality_attention", a["locality_attention"])
+    if a["tokenizer"] != "patches" and a["hybrid"] is not None:
+        raise ValueError(f"A hybrid's ResNet stem is its tokenizer. Received: tokenizer={a['tokenizer']!r}, "
+                         f"hybrid={a['hybrid']!r}. Leave `tokenizer` unset for a hybrid.")
+    if a["tokenizer"] == "conv":
+        conv_stem_widths(a["patch_size"], a["hidden_size"])
+    if a["tokenizer"] == "shifted_patches":
+        ShiftedPatches(a["patch_size"])
     if a["hidden_size"] % a["num_heads"]:
         raise ValueError(
             f"`hidden_size` must be divisible by `num_heads`. Received: hidden_size={a['hidden_size']}, "
@@ -282,7 +305,13 @@ def _graph(inputs, a):
         x = preprocessing.rescaling_layer()(x)
     if stem is not None:
         x = ResNetStem(**stem, name=model_parts.RESNET_STEM)(x)
-    x = Patches(1 if stem is not None else a.patch_size, name=model_parts.PATCHES)(x)
+    elif a.tokenizer == "conv":
+        x = ConvStem(conv_stem_widths(a.patch_size, a.hidden_size), name=model_parts.CONV_STEM)(x)
+    if a.tokenizer == "shifted_patches":
+        x = ShiftedPatches(a.patch_size, epsilon=a.layer_norm_epsilon, name=model_parts.PATCHES)(x)
+    else:
+        x = Patches(variants.feature_patch_size(stem, a.patch_size) if a.tokenizer == "patches" else 1,
+                    name=model_parts.PATCHES)(x)
     grid = (a.input_shape[0] // a.patch_size, a.input_shape[1] // a.patch_size)
     x = PatchEncoder(a.hidden_size, use_class_token=use_class_token, dropout_rate=a.dropout_rate,
                      position_embedding=a.pos_embedding, grid=grid, name=model_parts.PATCH_ENCODER)(x)
@@ -297,6 +326,7 @@ def _graph(inputs, a):
             gelu_approximate=a.gelu_approximate,
             qkv_bias=a.qkv_bias,
             rematerialize=a.rematerialize,
+            locality_attention=a.locality_attention,
             name=model_parts.encoder_block_name(i),
         )(x)
     x = keras.layers.LayerNormalization(epsilon=a.layer_norm_epsilon, name=model_parts.ENCODER_NORM)(x)

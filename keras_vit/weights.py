@@ -17,6 +17,10 @@ Sources of the table:
   upstream AugReg colab lists,
   `B_8-i21k-300ep-lr_0.001-aug_medium2-wd_0.1-do_0.0-sd_0.0--imagenet2012-steps_20k-lr_0.03-res_224` (85.58).
 - `augreg_in21k_ft_in1k_224`: the 224 fine-tunes timm ships as `vit_*_224.augreg_in21k_ft_in1k`.
+- The hybrids: the original release's `imagenet21k/R26+ViT-B_32.npz` and `imagenet21k/R50+ViT-L_32.npz`
+  (pre_logits as the other original ImageNet-21k files); AugReg's R+Ti/16, R26+S/32 and R50+L/32 with the
+  same three names (the README's recommended runs and 384 fine-tunes, 75.40 / 83.85 / 85.99; timm's 224
+  fine-tunes, `vit_tiny_r_s16_p8_224`, `vit_small_r26_s32_224`, `vit_large_r50_s32_224`).
 
 Names that mean a different file than timm's tag of the same name (ours follow the recommended runs; timm's
 224 fine-tunes, `augreg_in21k_ft_in1k_224` here, come from partly different runs):
@@ -235,6 +239,55 @@ PUBLISHED: list[WeightsEntry] = [
                  path="augreg/L_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1"
                       "--imagenet2012-steps_20k-lr_0.01-res_224.npz",
                  representation_size=None, sha256=None, notes="timm's `vit_*_224.augreg_in21k_ft_in1k`"),
+    # The hybrids of the original release (ImageNet-21k pre-training only) and of AugReg (the README's
+    # recommended run and its 384 fine-tune, and the 224 fine-tune timm ships).
+    WeightsEntry(variant="R26_B32", name="imagenet21k", image_size=224, classes=21843,
+                 path="imagenet21k/R26+ViT-B_32.npz",
+                 representation_size=768, sha256=None, top1_source=_RAW_21K,
+                 notes="the only R26+ViT-B/32 file"),
+    WeightsEntry(variant="R50_L32", name="imagenet21k", image_size=224, classes=21843,
+                 path="imagenet21k/R50+ViT-L_32.npz",
+                 representation_size=1024, sha256=None, top1_source=_RAW_21K),
+    WeightsEntry(variant="R_Ti16", name="augreg_in21k", image_size=224, classes=21843,
+                 path="augreg/R_Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0.npz",
+                 representation_size=None, sha256=None),
+    WeightsEntry(variant="R_Ti16", name="augreg_in21k_ft_in1k", image_size=384, classes=1000,
+                 path="augreg/R_Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0"
+                      "--imagenet2012-steps_20k-lr_0.03-res_384.npz",
+                 representation_size=None, sha256=None, imagenet_top1=75.40,
+                 top1_source="vision_transformer README (AugReg)"),
+    WeightsEntry(variant="R_Ti16", name="augreg_in21k_ft_in1k_224", image_size=224, classes=1000,
+                 path="augreg/R_Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0"
+                      "--imagenet2012-steps_20k-lr_0.03-res_224.npz",
+                 representation_size=None, sha256=None, notes="timm's `vit_tiny_r_s16_p8_224.augreg_in21k_ft_in1k`"),
+    WeightsEntry(variant="R26_S32", name="augreg_in21k", image_size=224, classes=21843,
+                 path="augreg/R26_S_32-i21k-300ep-lr_0.001-aug_light1-wd_0.1-do_0.0-sd_0.0.npz",
+                 representation_size=None, sha256=None,
+                 notes="not the pre-training run of timm's fine-tunes or `augreg_in21k` (compare the file names)"),
+    WeightsEntry(variant="R26_S32", name="augreg_in21k_ft_in1k", image_size=384, classes=1000,
+                 path="augreg/R26_S_32-i21k-300ep-lr_0.001-aug_light1-wd_0.1-do_0.0-sd_0.0"
+                      "--imagenet2012-steps_20k-lr_0.01-res_384.npz",
+                 representation_size=None, sha256=None, imagenet_top1=83.85,
+                 top1_source="vision_transformer README (AugReg)",
+                 notes="not timm's `vit_small_r26_s32_384` (another run)"),
+    WeightsEntry(variant="R26_S32", name="augreg_in21k_ft_in1k_224", image_size=224, classes=1000,
+                 path="augreg/R26_S_32-i21k-300ep-lr_0.001-aug_light0-wd_0.03-do_0.1-sd_0.1"
+                      "--imagenet2012-steps_20k-lr_0.03-res_224.npz",
+                 representation_size=None, sha256=None, notes="timm's `vit_small_r26_s32_224.augreg_in21k_ft_in1k`"),
+    WeightsEntry(variant="R50_L32", name="augreg_in21k", image_size=224, classes=21843,
+                 path="augreg/R50_L_32-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1.npz",
+                 representation_size=None, sha256=None,
+                 notes="not the pre-training run of timm's `augreg_in21k` and 384 fine-tune (compare the file names)"),
+    WeightsEntry(variant="R50_L32", name="augreg_in21k_ft_in1k", image_size=384, classes=1000,
+                 path="augreg/R50_L_32-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1"
+                      "--imagenet2012-steps_20k-lr_0.01-res_384.npz",
+                 representation_size=None, sha256=None, imagenet_top1=85.99,
+                 top1_source="vision_transformer README (AugReg)",
+                 notes="not timm's `vit_large_r50_s32_384` (another run)"),
+    WeightsEntry(variant="R50_L32", name="augreg_in21k_ft_in1k_224", image_size=224, classes=1000,
+                 path="augreg/R50_L_32-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1"
+                      "--imagenet2012-steps_20k-lr_0.01-res_224.npz",
+                 representation_size=None, sha256=None, notes="timm's `vit_large_r50_s32_224.augreg_in21k_ft_in1k`"),
 ]
 """Every published checkpoint, one record each, in table order (the order of `names_for` and `all_names`).
 The weights table of docs/WEIGHTS.md is generated from it: `python tools/weights_table.py --write`."""
@@ -253,19 +306,25 @@ DEFAULT_WEIGHTS = {
     "L32": "imagenet21k+imagenet2012",
     "H14": "imagenet21k",
     "R50_B16": "imagenet21k+imagenet2012",
+    "R_Ti16": "augreg_in21k_ft_in1k",
+    "R26_S32": "augreg_in21k_ft_in1k",
+    "R26_B32": "imagenet21k",
+    "R50_L32": "augreg_in21k_ft_in1k",
 }
 """The default `weights` of each named constructor: its best published checkpoint by upstream ImageNet
-top-1 (AugReg where it exists; ViT-L/32 has only the paper's fine-tune; ViT-H/14 only the raw ImageNet-21k
+top-1 (AugReg where it exists; ViT-L/32 has only the paper's fine-tune; R26+ViT-B/32 only its ImageNet-21k
+pre-training, whose 21843-class head is trained; ViT-H/14 only the raw ImageNet-21k
 pre-training: `ViT_H14()` loads that file's 21843-class head, all zeros on purpose, with its pre_logits layer,
 and warns that its predictions are meaningless; pass `classes=...` for a new zero-initialised head to fine-tune,
 or `include_top=False` for features)."""
 
 
-IMAGENET_WEIGHTS = {variant: name for variant, name in DEFAULT_WEIGHTS.items() if variant != "H14"}
+IMAGENET_WEIGHTS = {variant: name for variant, name in DEFAULT_WEIGHTS.items()
+                    if WEIGHTS[(variant, name)].classes == 1000}
 """What `weights="imagenet"` loads per variant: its ImageNet-1k (1000-class) fine-tune with the best upstream
 top-1 (AugReg where it exists: 85.49 against the paper's 83.97 for B/16, 85.59 against 85.15 for L/16; B/8's
 recommended 1k fine-tune is AugReg's at 224, 85.58; L/32 and R50+B/16 (85.08) have only the paper's).
-ViT-H/14 has no ImageNet-1k fine-tune, so `"imagenet"` is refused for it."""
+ViT-H/14 and R26+ViT-B/32 have no ImageNet-1k fine-tune, so `"imagenet"` is refused for them."""
 
 
 def names_for(variant: str) -> list[str]:

@@ -5,7 +5,7 @@ import keras
 import numpy as np
 import pytest
 from harness import assert_layer_round_trip, assert_model_round_trip
-from test_resnet import conv_same, group_norm, standardize
+from numpy_reference import conv_same, group_norm, standardize
 
 import keras_vit
 from keras_vit import model_parts

@@ -79,7 +79,7 @@ def test_module_entry_point(checkpoint, tmp_path):
 def test_hybrid_rebuild_call_loads_the_written_file(tmp_path, images, capsys):
     """An official-layout R50-style hybrid .npz (tiny: 3 stages, width 32): the printed call names the hybrid
     stem and the stem-stride patch size, and the model it builds loads the written `.weights.h5` exactly."""
-    from test_resnet import random_resnet_params
+    from numpy_reference import random_resnet_params
 
     rng = np.random.default_rng(3)
     params = random_resnet_params(rng, (1, 1, 1), 32)

@@ -42,6 +42,8 @@ SLOW = {
     "keras_vit.applications.ViT_L32": _FULL_SIZE.format(21),
     "keras_vit.applications.ViT_L16": _FULL_SIZE.format(12),
     "keras_vit.applications.ViT_R50_B16": _FULL_SIZE.format(8),
+    "keras_vit.applications.ViT_R50_L32": _FULL_SIZE.format(15),
+    "keras_vit.applications.ViT_R26_B32": _FULL_SIZE.format(3.2),
     "keras_vit.applications.ViT_B16": _FULL_SIZE.format(4.5),
     "keras_vit.applications.ViT_B32": _FULL_SIZE.format(3.4),
 }

@@ -10,6 +10,7 @@ from keras_vit import layers
 from keras_vit.layers import DropPath, MultiHeadSelfAttention, PatchEncoder, Patches, TokenPooling, TransformerBlock
 from keras_vit.layers.attention import heads_first_attention
 from keras_vit.layers.resnet import PreActResNetUnit, ResNetStem, ResNetUnit, StdConv2D
+from keras_vit.layers.tokenizers import ConvStem, ShiftedPatches
 
 
 def np_(x):
@@ -216,6 +217,11 @@ LAYER_CASES = [
     (ResNetStem, dict(block_units=(1, 1), width=8, groups=4), (2, 32, 32, 3), (2, 4, 4, 64), 27, 0),
     # gn1..3, conv1..3, conv_proj (no GroupNorm on BiT's shortcut)
     (PreActResNetUnit, dict(filters=8, strides=2, groups=4), (2, 8, 8, 8), (2, 4, 4, 32), 10, 0),
+    # the small-data options: query/key/value/out and the temperature; conv_i kernels and BatchNorm gamma/beta
+    # (moving mean/variance non-trainable); the LayerNorm of shifted patches
+    (MultiHeadSelfAttention, dict(num_heads=4, locality=True), (2, 5, 32), (2, 5, 32), 9, 0),
+    (ConvStem, dict(widths=(4, 8)), (2, 8, 8, 3), (2, 2, 2, 8), 6, 4),
+    (ShiftedPatches, dict(patch_size=4), (2, 8, 8, 3), (2, 4, 240), 2, 0),
 ]
 
 

@@ -1,12 +1,14 @@
 """The hybrid's ResNet stem (StdConv2D, ResNetUnit, ResNetStem), its official names and the R50+ViT-B/16
-model, against an independent numpy forward written here from the official Flax code
-(google-research/vision_transformer, vit_jax/models_resnet.py and vit_jax/models_vit.py)."""
+model, against the independent numpy forward of tests/numpy_reference.py (written from the official Flax code,
+google-research/vision_transformer, vit_jax/models_resnet.py and vit_jax/models_vit.py); the other published
+hybrids: tests/test_hybrids.py."""
 
 import keras
 import numpy as np
 import pytest
 from harness import assert_layer_round_trip, assert_model_round_trip
-from numpy_reference import random_official_params, vit_forward
+from numpy_reference import (conv_same, max_pool_same, numpy_stem, random_official_params,
+                             random_resnet_params, standardize, vit_forward)
 
 import keras_vit
 from keras_vit import model_parts
@@ -18,109 +20,11 @@ TINY_STEM = dict(block_units=(2, 1, 1), width=8, groups=4)
 """Three stages (stride 16) like R50, the first with an identity-shortcut unit; channels 8 -> 128."""
 
 
-# ---------------------------------------------------------------- independent numpy reference (float64)
-
-def same_padding(size, kernel, stride):
-    """XLA/TensorFlow "SAME": output ceil(size / stride), the smaller half of the padding first."""
-    out = -(-size // stride)
-    total = max((out - 1) * stride + kernel - size, 0)
-    return out, (total // 2, total - total // 2)
-
-
-def conv_same(x, w, stride):
-    """Convolution with HWIO kernel as an explicit sum over kernel taps (no library conv)."""
-    k = w.shape[0]
-    oh, ph = same_padding(x.shape[1], k, stride)
-    ow, pw = same_padding(x.shape[2], k, stride)
-    xp = np.pad(x, ((0, 0), ph, pw, (0, 0)))
-    y = np.zeros((x.shape[0], oh, ow, w.shape[-1]))
-    for i in range(k):
-        for j in range(k):
-            window = xp[:, i:i + stride * (oh - 1) + 1:stride, j:j + stride * (ow - 1) + 1:stride, :]
-            y += np.einsum("bhwc,co->bhwo", window, w[i, j])
-    return y
-
-
-def standardize(w, eps=1e-5):
-    """models_resnet.weight_standardize: population std over (H, W, C_in), eps added to the std."""
-    w = w - w.mean(axis=(0, 1, 2))
-    return w / (w.std(axis=(0, 1, 2)) + eps)
-
-
-def group_norm(x, scale, bias, groups, eps=1e-6):
-    b, h, w, c = x.shape
-    g = x.reshape(b, h, w, groups, c // groups)
-    mean = g.mean(axis=(1, 2, 4), keepdims=True)
-    var = ((g - mean) ** 2).mean(axis=(1, 2, 4), keepdims=True)
-    return ((g - mean) / np.sqrt(var + eps)).reshape(b, h, w, c) * scale.reshape(-1) + bias.reshape(-1)
-
-
-def max_pool_same(x, k=3, stride=2):
-    oh, ph = same_padding(x.shape[1], k, stride)
-    ow, pw = same_padding(x.shape[2], k, stride)
-    xp = np.pad(x, ((0, 0), ph, pw, (0, 0)), constant_values=-np.inf)
-    out = np.full((x.shape[0], oh, ow, x.shape[3]), -np.inf)
-    for i in range(k):
-        for j in range(k):
-            out = np.maximum(out, xp[:, i:i + stride * (oh - 1) + 1:stride, j:j + stride * (ow - 1) + 1:stride, :])
-    return out
-
-
-def relu(x):
-    return np.maximum(x, 0.0)
-
-
-def numpy_stem(params, x, block_units, groups):
-    """The official hybrid root + stages, from a dict with the official keys."""
-    def conv(name, y, stride=1):
-        return conv_same(y, standardize(params[f"{name}/kernel"]), stride)
-
-    def gn(name, y):
-        return group_norm(y, params[f"{name}/scale"], params[f"{name}/bias"], groups)
-
-    x = relu(gn("gn_root", conv("conv_root", x, 2)))
-    x = max_pool_same(x)
-    for s, count in enumerate(block_units, start=1):
-        for u in range(1, count + 1):
-            p = f"block{s}/unit{u}/"
-            stride = 2 if (s > 1 and u == 1) else 1
-            residual = x
-            if p + "conv_proj/kernel" in params:
-                residual = gn(p + "gn_proj", conv(p + "conv_proj", x, stride))
-            y = relu(gn(p + "gn1", conv(p + "conv1", x)))
-            y = relu(gn(p + "gn2", conv(p + "conv2", y, stride)))
-            y = gn(p + "gn3", conv(p + "conv3", y))
-            x = relu(residual + y)
-    return x
-
-
-def random_resnet_params(rng, block_units, width, in_channels=3, gn_shape_4d=False):
-    """Random arrays with the official hybrid key layout and shapes, written from models_resnet.py."""
-    def normal(*shape, scale=0.3):
-        return rng.standard_normal(shape).astype(np.float32) * scale
-
-    def norm(prefix, c):
-        shape = (1, 1, 1, c) if gn_shape_4d else (c,)
-        return {f"{prefix}/scale": 1 + normal(*shape), f"{prefix}/bias": normal(*shape)}
-
-    params = {"conv_root/kernel": normal(7, 7, in_channels, width), **norm("gn_root", width)}
-    c = width
-    for s, count in enumerate(block_units, start=1):
-        f = width * 2 ** (s - 1)
-        for u in range(1, count + 1):
-            p = f"block{s}/unit{u}/"
-            params.update({p + "conv1/kernel": normal(1, 1, c, f), p + "conv2/kernel": normal(3, 3, f, f),
-                           p + "conv3/kernel": normal(1, 1, f, 4 * f)})
-            params.update({**norm(p + "gn1", f), **norm(p + "gn2", f), **norm(p + "gn3", 4 * f)})
-            if c != 4 * f or (s > 1 and u == 1):
-                params[p + "conv_proj/kernel"] = normal(1, 1, c, 4 * f)
-                params.update(norm(p + "gn_proj", 4 * f))
-            c = 4 * f
-    return params
-
-
-def r50_vit_count(image=224, classes=1000, block_units=(3, 4, 9), width=64, d=768, mlp=3072, layers=12):
-    """R50+ViT-B/16 parameters written out from the official architecture (not from keras_vit)."""
+def r50_vit_count(image=224, classes=1000, block_units=(3, 4, 9), width=64, d=768, mlp=3072, layers=12, patch=1):
+    """Parameters of a hybrid (R50+ViT-B/16 by default) written out from the official architecture (not from
+    keras_vit): `patch` is the embedding's side on the stem's map, whose stride is 2 (conv_root) * 2 (max pool)
+    * 2 per stage after the first."""
+    stride = 4 * 2 ** max(len(block_units) - 1, 0)
     n = 7 * 7 * 3 * width + 2 * width  # conv_root (no bias) + gn_root
     c = width
     for s, count in enumerate(block_units):
@@ -130,9 +34,9 @@ def r50_vit_count(image=224, classes=1000, block_units=(3, 4, 9), width=64, d=76
             if c != 4 * f or (s > 0 and u == 0):
                 n += c * 4 * f + 2 * 4 * f
             c = 4 * f
-    tokens = (image // 16) ** 2 + 1
+    tokens = (image // (stride * patch)) ** 2 + 1
     block = 2 * 2 * d + 4 * (d * d + d) + (d * mlp + mlp) + (mlp * d + d)
-    return n + (c * d + d) + d + tokens * d + layers * block + 2 * d + d * classes + classes
+    return n + (patch * patch * c * d + d) + d + tokens * d + layers * block + 2 * d + d * classes + classes
 
 
 def np_(x):
@@ -210,7 +114,7 @@ def test_resnet_targets_cover_the_official_r50_keys_once():
     stem = ResNetStem()
     stem.build((None, 224, 224, 3))
     targets = resnet_targets(stem)
-    expected = random_resnet_params(np.random.default_rng(0), (3, 4, 9), 64)  # official layout, written above
+    expected = random_resnet_params(np.random.default_rng(0), (3, 4, 9), 64)  # official layout (numpy_reference)
     assert sorted(targets) == sorted(expected)
     assert {k: tuple(v.shape) for k, v in targets.items()} == {k: v.shape for k, v in expected.items()}
     assert len({id(v) for v in targets.values()}) == len(targets) == len(stem.weights)

@@ -319,7 +319,7 @@ def test_loading_keras_weights_emits_no_deprecation_warning(tmp_path, checkpoint
 
 def test_a_root_only_hybrid_checkpoint_loads_exactly(tmp_path, images):
     """`resnet.num_layers = ()` in the official configs: conv_root, gn_root, relu, max pool (stride 4)."""
-    from test_resnet import numpy_stem, random_resnet_params
+    from numpy_reference import numpy_stem, random_resnet_params
 
     rng = np.random.default_rng(4)
     params = random_resnet_params(rng, (), 8)
@@ -336,12 +336,13 @@ def test_a_root_only_hybrid_checkpoint_loads_exactly(tmp_path, images):
     np.testing.assert_allclose(model.predict(images, verbose=0), expected, rtol=1e-4, atol=1e-4)
 
 
-def test_a_hybrid_checkpoint_with_larger_patches_is_refused_clearly(tmp_path):
-    from test_resnet import random_resnet_params
+def test_a_hybrid_checkpoint_with_larger_patches_loads(tmp_path):
+    """2x2 patches on the root's stride-4 map, as R+ViT-Ti/16's 8x8 (issue 27; numerics: tests/test_hybrids.py)."""
+    from numpy_reference import random_resnet_params
 
     rng = np.random.default_rng(4)
     params = random_resnet_params(rng, (), 8)
     params.update(random_official_params(rng, image_size=8, patch_size=2, channels=8))
     np.savez(tmp_path / "R+ViT-Ti_16-like.npz", **params)
-    with pytest.raises(ValueError, match=r"cuts the ResNet stem's feature map into 2x2 patches .*1x1 patches"):
-        keras_vit.ViT(hybrid=dict(block_units=(), width=8, groups=4), weights=str(tmp_path / "R+ViT-Ti_16-like.npz"))
+    model = keras_vit.ViT(hybrid=dict(block_units=(), width=8, groups=4), weights=str(tmp_path / "R+ViT-Ti_16-like.npz"))
+    assert model.input_shape == (None, 32, 32, 3) and model_parts.patches(model).patch_size == 2

@@ -29,6 +29,16 @@ def test_report_gives_gaps_and_wall_and_cpu_ratios():
     assert "| shapes | app defaults | 0.7000 +- 0.1414 | 50 +- 14 | 80 +- 14 | 2 |" in table
 
 
+def test_report_compares_each_app_runner_with_the_cnn():
+    results = {"mnist": {"app": [run(0.97, 80, 150)], "conv": [run(0.99, 90, 160)], "plain": [run(0.96, 80, 150)],
+                         "cnn": [run(0.985, 20, 40)]}}
+    table = train_quality.report(results, {"conv": ["--tokenizer=conv"]})
+    # app 0.97 - CNN 0.985 = -1.50 points; wall 80/20 = 4.00x; CPU 150/40 = 3.75x. conv: +0.50, 4.50x, 4.00x.
+    assert "| mnist | app defaults - CNN | -1.50 points | 4.00x | 3.75x | |" in table
+    assert "| mnist | app conv - CNN | +0.50 points | 4.50x | 4.00x | |" in table
+    assert "| mnist | small Keras CNN | 0.9850 +- 0.0000 | 20 +- 0 | 40 +- 0 | 1 |" in table
+
+
 def test_variants_need_a_new_name_and_flags():
     parser = train_quality.argparse.ArgumentParser()
     assert train_quality.parse_variants(["token=--classifier=token --epochs=2"], parser) == {

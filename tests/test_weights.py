@@ -15,7 +15,7 @@ from tools import weights_table
 from keras_vit.variants import VARIANTS, Variant
 
 AUGREG_NAME = re.compile(
-    r"^augreg/(R50_)?(Ti|S|B|L)_(8|16|32)-i21k-300ep-lr_0\.001-aug_(none|light[01]|medium[12]|strong[12])"
+    r"^augreg/(R_|R26_|R50_)?(Ti|S|B|L)_(8|16|32)-i21k-300ep-lr_0\.001-aug_(none|light[01]|medium[12]|strong[12])"
     r"-wd_0\.(1|03)-do_0\.[01]-sd_0\.[01](--imagenet2012-steps_20k-lr_0\.0[13]-res_(224|384))?\.npz$"
 )
 
@@ -26,8 +26,9 @@ def test_every_variant_has_its_published_names():
         assert "imagenet21k" in weights.names_for(variant)
     for variant in ("B16", "B32", "L16", "L32", "R50_B16"):
         assert "imagenet21k+imagenet2012" in weights.names_for(variant)
-    for variant in ("Ti16", "S16", "S32", "B8", "B16", "B32", "L16"):
+    for variant in ("Ti16", "S16", "S32", "B8", "B16", "B32", "L16", "R_Ti16", "R26_S32", "R50_L32"):
         assert {"augreg_in21k", "augreg_in21k_ft_in1k"} <= set(weights.names_for(variant))
+    assert weights.names_for("R26_B32") == ["imagenet21k"] and "imagenet21k" in weights.names_for("R50_L32")
 
 
 def test_table_entries_are_consistent():
@@ -38,6 +39,7 @@ def test_table_entries_are_consistent():
         assert entry.classes == (21843 if name in ("imagenet21k", "augreg_in21k") else 1000)
         if name.startswith("augreg"):
             assert AUGREG_NAME.match(entry.path), entry.path
+            assert entry.path.split("/")[1].split("-")[0].replace("_", "") == variant.replace("_", "")  # R_Ti_16
             assert entry.path.endswith(f"res_{entry.image_size}.npz") or name == "augreg_in21k"
         if name == "imagenet21k":
             assert entry.representation_size == {"B": 768, "L": 1024, "H": 1280}[variant.split("_")[-1][0]]
@@ -142,6 +144,35 @@ PINNED_TABLE = [
      224, 1000, None, None, 'see upstream'),
     ('L16', 'augreg_in21k_ft_in1k_224',
      'augreg/L_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1--imagenet2012-steps_20k-lr_0.01-res_224.npz',
+     224, 1000, None, None, 'see upstream'),
+    # The published hybrids (issue 27).
+    ('R26_B32', 'imagenet21k', 'imagenet21k/R26+ViT-B_32.npz',
+     224, 21843, 768, None, 'n/a: raw ImageNet-21k head, fine-tune first'),
+    ('R50_L32', 'imagenet21k', 'imagenet21k/R50+ViT-L_32.npz',
+     224, 21843, 1024, None, 'n/a: raw ImageNet-21k head, fine-tune first'),
+    ('R_Ti16', 'augreg_in21k', 'augreg/R_Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0.npz',
+     224, 21843, None, None, 'see upstream'),
+    ('R_Ti16', 'augreg_in21k_ft_in1k',
+     'augreg/R_Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0--imagenet2012-steps_20k-lr_0.03-res_384.npz',
+     384, 1000, None, 75.4, 'vision_transformer README (AugReg)'),
+    ('R_Ti16', 'augreg_in21k_ft_in1k_224',
+     'augreg/R_Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0--imagenet2012-steps_20k-lr_0.03-res_224.npz',
+     224, 1000, None, None, 'see upstream'),
+    ('R26_S32', 'augreg_in21k', 'augreg/R26_S_32-i21k-300ep-lr_0.001-aug_light1-wd_0.1-do_0.0-sd_0.0.npz',
+     224, 21843, None, None, 'see upstream'),
+    ('R26_S32', 'augreg_in21k_ft_in1k',
+     'augreg/R26_S_32-i21k-300ep-lr_0.001-aug_light1-wd_0.1-do_0.0-sd_0.0--imagenet2012-steps_20k-lr_0.01-res_384.npz',
+     384, 1000, None, 83.85, 'vision_transformer README (AugReg)'),
+    ('R26_S32', 'augreg_in21k_ft_in1k_224',
+     'augreg/R26_S_32-i21k-300ep-lr_0.001-aug_light0-wd_0.03-do_0.1-sd_0.1--imagenet2012-steps_20k-lr_0.03-res_224.npz',
+     224, 1000, None, None, 'see upstream'),
+    ('R50_L32', 'augreg_in21k', 'augreg/R50_L_32-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1.npz',
+     224, 21843, None, None, 'see upstream'),
+    ('R50_L32', 'augreg_in21k_ft_in1k',
+     'augreg/R50_L_32-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1--imagenet2012-steps_20k-lr_0.01-res_384.npz',
+     384, 1000, None, 85.99, 'vision_transformer README (AugReg)'),
+    ('R50_L32', 'augreg_in21k_ft_in1k_224',
+     'augreg/R50_L_32-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1--imagenet2012-steps_20k-lr_0.01-res_224.npz',
      224, 1000, None, None, 'see upstream'),
 ]
 

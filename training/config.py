@@ -8,7 +8,8 @@ defaults of `Config`.
 
 Without a recipe (`recipe=None`, the app's default), `choose_recipe` picks one from the situation and says
 why: the embedded digits get `demo`, `--weights` of a published checkpoint gets `finetune`, anything else
-`scratch` (the small-data recipe, also from the weights of one's own Keras model); when the recipe was chosen, the augmentation also follows the image size (`situational_augmentation`) and a ViT trained from scratch gets a global-average-pooled head (`situational_head`).
+`scratch` (the small-data recipe, also from the weights of one's own Keras model); when the recipe was chosen, the augmentation also follows the image size (`situational_augmentation`) and a ViT trained from scratch gets a global-average-pooled head (`situational_head`) and the small-data
+options that won on the benchmark (`situational_architecture`).
 
 Example:
     >>> from training.config import make_config
@@ -26,7 +27,8 @@ import dataclasses
 import json
 import math
 
-from training.recipes import RECIPES, choose_recipe, situational_augmentation, situational_head
+from training.recipes import (RECIPES, choose_recipe, situational_architecture, situational_augmentation,
+                              situational_head)
 
 OPTIMIZERS = ("adam", "adamw", "sgd")
 SCHEDULES = ("cosine", "linear", "constant")
@@ -112,6 +114,13 @@ class Config:
     pos_embedding: str | None = _field(  # None: the checkpoint's with --weights, else "learned"
         None, "learned (the paper's 1-D table) or sincos2d (big_vision's fixed 2-D sin-cos table, no weights).",
         enum_values=["learned", "sincos2d"], vit_argument=True)
+    tokenizer: str | None = _field(  # None: the checkpoint's with --weights, else "patches"
+        None, "How images become tokens (keras_vit.ViT's tokenizer): patches (the paper's linear projection), conv "
+        "(a convolutional stem) or shifted_patches (shifted patch tokenization).",
+        enum_values=["patches", "conv", "shifted_patches"], vit_argument=True)
+    locality_attention: bool | None = _field(  # None: the checkpoint's with --weights, else off
+        None, "Locality self-attention in every block (no attention to oneself, a learned temperature).",
+        vit_argument=True)
     head_bias_init: float = _field(0.0, "Initial head bias (-10 in the imagenet21k pre-training).")
     rematerialize: bool = _field(True, "Recompute each block's MLP hidden layer and attention probabilities in the "
                                  "backward pass instead of storing them (keras_vit.ViT's rematerialize): the same "
@@ -249,6 +258,7 @@ def make_config(recipe: str | None = "demo", **overrides) -> Config:
     values.update(overrides)
     if reason is not None:
         values = situational_head(situational_augmentation(values, overrides), overrides)
+        values = situational_architecture(values, overrides)
     # An explicit --steps replaces the recipe's epochs and vice versa.
     for given, other in (("steps", "epochs"), ("epochs", "steps")):
         if overrides.get(given) is not None and other not in overrides:

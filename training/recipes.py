@@ -155,3 +155,22 @@ def situational_head(values: dict, overrides: dict) -> dict:
         return values
     reason = f"{values['recipe_reason']}, with a global-average-pooled head (--classifier=token for the [class] token)"
     return dict(values, classifier="gap", recipe_reason=reason)
+
+
+SMALL_DATA_ARCHITECTURE = dict(tokenizer="shifted_patches", locality_attention=True)
+"""The `keras_vit.ViT` options a ViT trained from scratch by the `scratch` recipe gets (`situational_architecture`):
+what won on `benchmarks/train_quality.py` (benchmarks/TRAINING.md, "Small-data options")."""
+
+
+def situational_architecture(values: dict, overrides: dict) -> dict:
+    """The small-data options of a ViT trained from scratch by the chosen `scratch` recipe
+    (`SMALL_DATA_ARCHITECTURE`); any of their flags given explicitly turns the choice off (`--tokenizer=patches`:
+    the paper's architecture). One's own model (`--weights`) keeps the architecture its file carries."""
+    from training.model import is_bit
+
+    if (values["recipe"] != "scratch" or values.get("weights") or is_bit(values["model"])
+            or any(key in overrides for key in SMALL_DATA_ARCHITECTURE)):
+        return values
+    chosen = ", ".join(f"--{key}={str(value).lower()}" for key, value in SMALL_DATA_ARCHITECTURE.items())
+    reason = f"{values['recipe_reason']}; small-data options {chosen} (--tokenizer=patches for the paper's architecture)"
+    return dict(values, **SMALL_DATA_ARCHITECTURE, recipe_reason=reason)

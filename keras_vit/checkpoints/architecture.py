@@ -39,7 +39,7 @@ QKV_BIAS_KEYS = tuple(f"MultiHeadDotProductAttention_1/{name}/bias" for name in 
 
 
 def named_stem(stem: dict):
-    """`"r50"` when the stem is the paper's R50, else the dict of `ResNetStem` arguments."""
+    """The `variants.RESNET_STEMS` name of the stem (`"r50"`, `"r26"`, ...), else the dict of `ResNetStem` arguments."""
     for name, known in variants.RESNET_STEMS.items():
         if tuple(known["block_units"]) == stem["block_units"] and known["width"] == stem["width"]:
             return name
@@ -51,6 +51,7 @@ class CheckpointArchitecture:
     """What a checkpoint's shapes say about the model it belongs to."""
 
     patch_size: int
+    """The embedding kernel's side: pixels for a plain ViT, features of the stem's map for a hybrid."""
     hidden_size: int
     num_layers: int
     num_heads: int
@@ -66,6 +67,10 @@ class CheckpointArchitecture:
     """Whether the file holds query/key/value biases (timm and Hugging Face files without them read as zeros)."""
     pos_embedding: str = "learned"
     """`"learned"` when the file holds a position embedding, else `"sincos2d"` (a keras_vit model's fixed one)."""
+    tokenizer: str = "patches"
+    """`"conv"` or `"shifted_patches"` when the file holds their weights (a keras_vit model's), else `"patches"`."""
+    locality_attention: bool = False
+    """Whether the blocks hold a locality self-attention temperature (a keras_vit model's)."""
 
     @property
     def num_prefix_tokens(self) -> int:
@@ -84,7 +89,8 @@ class CheckpointArchitecture:
     def model_arguments(self) -> dict:
         """The `keras_vit.ViT` arguments fixed by the checkpoint."""
         args = dict(patch_size=self.stride, hidden_size=self.hidden_size, num_layers=self.num_layers,
-                    num_heads=self.num_heads, mlp_dim=self.mlp_dim, pos_embedding=self.pos_embedding)
+                    num_heads=self.num_heads, mlp_dim=self.mlp_dim, pos_embedding=self.pos_embedding,
+                    tokenizer=self.tokenizer, locality_attention=self.locality_attention)
         if self.hybrid:
             args["hybrid"] = named_stem(self.hybrid)
         return args
@@ -102,7 +108,9 @@ class CheckpointArchitecture:
         hybrid = f" with ResNet stem {self.hybrid}" if self.hybrid else ""
         size = f", trained at {self.image_size[0]}x{self.image_size[1]}" if self.image_size else ""
         bias = ("" if self.qkv_bias else ", no query/key/value biases") + (
-            ", fixed sin-cos position embedding" if self.pos_embedding == "sincos2d" else "")
+            ", fixed sin-cos position embedding" if self.pos_embedding == "sincos2d" else "") + (
+            f", {self.tokenizer} tokenizer" if self.tokenizer != "patches" else "") + (
+            ", locality self-attention" if self.locality_attention else "")
         return (f"{name}{hybrid} (patch {self.stride}, D={self.hidden_size}, {self.num_layers} layers, "
                 f"{self.num_heads} heads, MLP {self.mlp_dim}, {self.channels} channels{bias}), {self.classifier} "
                 f"classifier, {head}{extra}{size}")
@@ -143,30 +151,38 @@ def infer(checkpoint: Checkpoint) -> CheckpointArchitecture:
     side = math.isqrt(max(num_patches, 0))
     pre_logits = params.get("pre_logits/kernel")
     head = params.get("head/kernel")
-    stem = _stem(params)
-    if stem is not None and kernel.shape[0] != 1:
-        raise ValueError(
-            f"{path!r} is a hybrid whose patch embedding cuts the ResNet stem's feature map into "
-            f"{kernel.shape[0]}x{kernel.shape[1]} patches (embedding/kernel {tuple(kernel.shape)}); keras_vit's "
-            "hybrids cut it into 1x1 patches (as R50+ViT-B/16), so this checkpoint cannot be loaded."
-        )
+    stem = _stem(params)  # a hybrid's embedding/kernel cuts the stem's feature map (1x1 for R50+B/16, 8x8 R+Ti/16)
     first = params["conv_root/kernel"] if stem else kernel  # the layer that sees the image
+    tokenizer, patch_size, channels = _tokenizer(params, kernel, first)
     return CheckpointArchitecture(
-        patch_size=int(kernel.shape[0]),
+        patch_size=patch_size,
         hidden_size=int(kernel.shape[3]),
         num_layers=len(blocks),
         num_heads=int(query.shape[1]),
         mlp_dim=int(mlp.shape[1]),
-        channels=int(first.shape[2]),
+        channels=channels,
         classifier=classifier,
         representation_size=None if pre_logits is None else int(pre_logits.shape[1]),
         classes=None if head is None else int(head.shape[-1]),
-        grid=_grid(checkpoint, kernel.shape[0] * (variants.stem_stride(stem["block_units"]) if stem else 1), side,
+        grid=_grid(checkpoint, patch_size * (variants.stem_stride(stem["block_units"]) if stem else 1), side,
                    num_patches),
         hybrid=stem,
         qkv_bias=f"Transformer/encoderblock_0/{QKV_BIAS_KEYS[0]}" in params,
         pos_embedding="learned" if posemb is not None else "sincos2d",
+        tokenizer=tokenizer,
+        locality_attention="Transformer/encoderblock_0/MultiHeadDotProductAttention_1/temperature" in params,
     )
+
+
+def _tokenizer(params, kernel, first) -> tuple[str, int, int]:
+    """(tokenizer, patch size, image channels) from the keys of `keras_vit.layers.tokenizers`' weights: a
+    convolutional stem halves the image per convolution under 1x1 patches; shifted patches see 5 images."""
+    convs = [key for key in params if re.match(r"^conv_stem/conv_\d+/kernel$", key)]
+    if convs:
+        return "conv", 2 ** len(convs), int(params["conv_stem/conv_0/kernel"].shape[2])
+    if "embedding/norm/scale" in params:
+        return "shifted_patches", int(kernel.shape[0]), int(kernel.shape[2]) // 5
+    return "patches", int(kernel.shape[0]), int(first.shape[2])
 
 
 def _grid(checkpoint: Checkpoint, stride: int, side: int, num_patches: int) -> tuple[int, int] | None:

@@ -49,6 +49,24 @@ def block_targets(block, prefix: str) -> dict:
             out[f"{prefix}/{official}/{leaf}"] = getattr(layer, attr)
     for name in ("query", "key", "value", "out"):
         out.update(_dense(f"{prefix}/MultiHeadDotProductAttention_1/{name}", getattr(block.attention, name)))
+    if block.attention.locality:
+        out[f"{prefix}/MultiHeadDotProductAttention_1/temperature"] = block.attention.temperature
+    return out
+
+
+def tokenizer_targets(model: keras.Model) -> dict:
+    """The keys of the small-data tokenizers' weights (`keras_vit.layers.tokenizers`; no official file has them):
+    `conv_stem/conv_{i}/kernel` and `conv_stem/norm_{i}/{scale,bias,mean,var}`, and `embedding/norm/{scale,bias}`
+    of shifted patches."""
+    out = {}
+    if (stem := model_parts.conv_stem(model)) is not None:
+        for i, (conv, norm) in enumerate(zip(stem.convs, stem.norms)):
+            out[f"conv_stem/conv_{i}/kernel"] = conv.kernel
+            for leaf, variable in (("scale", norm.gamma), ("bias", norm.beta), ("mean", norm.moving_mean),
+                                   ("var", norm.moving_variance)):
+                out[f"conv_stem/norm_{i}/{leaf}"] = variable
+    if (norm := getattr(model_parts.patches(model), "norm", None)) is not None:
+        out["embedding/norm/scale"], out["embedding/norm/bias"] = norm.gamma, norm.beta
     return out
 
 
@@ -78,4 +96,5 @@ def targets(model: keras.Model) -> dict:
         from keras_vit.checkpoints.resnet_names import resnet_targets
 
         out.update(resnet_targets(stem))
+    out.update(tokenizer_targets(model))
     return out

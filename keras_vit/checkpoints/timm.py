@@ -21,7 +21,9 @@ Also handled exactly: layer scale (`blocks.{i}.ls1.gamma`, `ls2.gamma`, folded i
 scale), `no_embed_class` position embeddings (a zero row is prepended for the class token, which adds the
 same thing), and `qkv_bias=False` (zero biases). Refused with a clear error, because keras_vit's data path
 (paper section 3.1) cannot compute them: `fc_norm` (LayerNorm after average pooling), `norm_pre`, register
-tokens, attention-pool (MAP) heads, q/k normalisation, hybrid CNN stems and any other unknown tensor.
+tokens, attention-pool (MAP) heads, q/k normalisation, CNN stems other than the official hybrids' ResNet and
+any other unknown tensor. The hybrids of `vision_transformer_hybrid.py` (R+Ti/16, R26+S/32, R50+B/16,
+R50+L/32: `patch_embed.backbone.*`) read as the official ResNet keys (`resnet_names.timm_resnet_plan`).
 
 Not visible in the weights: timm's `global_pool="avg"` on a model with a class token (pools patch tokens
 only); such a file reads as a token-classifier model. Models without a class token read as `gap`.
@@ -38,7 +40,7 @@ import os
 
 import numpy as np
 
-from keras_vit.checkpoints import safetensors_file, torch_layout
+from keras_vit.checkpoints import resnet_names, safetensors_file, torch_layout
 from keras_vit.checkpoints.canonical import Checkpoint
 from keras_vit.checkpoints.torch_layout import ATTENTION, BLOCK, MLP, identity
 
@@ -53,7 +55,6 @@ _UNSUPPORTED = {
     "attn_pool.": "an attention-pool (MAP) head",
     ".attn.q_norm.": "q/k normalisation in attention",
     ".attn.k_norm.": "q/k normalisation in attention",
-    "patch_embed.backbone.": "a hybrid CNN stem (load the official R50+ViT .npz instead)",
 }
 
 
@@ -100,6 +101,8 @@ def read(path, num_heads: int | None = None) -> Checkpoint:
     # timm `qkv_bias=False` models store no qkv bias.
     tensors = torch_layout.fill_missing_biases(tensors, [n for n in tensors if n.endswith(".attn.qkv.weight")])
     plan = _embedding_plan(tensors)
+    if any(name.startswith(resnet_names.TIMM_BACKBONE) for name in tensors):
+        plan += resnet_names.timm_resnet_plan(tensors, path)
     for i in range(torch_layout.count_blocks(tensors, "blocks.", path)):
         plan += _block_plan(tensors, i, heads)
     plan += [

@@ -6,7 +6,8 @@ from keras_vit.layers.patch_encoder import PatchEncoder
 from keras_vit.layers.patches import Patches
 from keras_vit.layers.pooling import TokenPooling
 from keras_vit.layers.resnet import ResNetStem, ResNetUnit, StdConv2D
+from keras_vit.layers.tokenizers import ConvStem, ShiftedPatches
 from keras_vit.layers.transformer_block import TransformerBlock
 
 __all__ = ["Patches", "PatchEncoder", "TransformerBlock", "MultiHeadSelfAttention", "DropPath", "TokenPooling",
-           "ResNetStem", "ResNetUnit", "StdConv2D"]
+           "ResNetStem", "ResNetUnit", "StdConv2D", "ConvStem", "ShiftedPatches"]

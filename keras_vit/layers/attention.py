@@ -1,5 +1,7 @@
 """`MultiHeadSelfAttention`: the ViT attention with the official (D, heads, head_dim) kernel layout."""
 
+import math
+
 import keras
 from keras import ops
 
@@ -58,6 +60,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         qkv_bias: whether the query, key and value projections have biases.
         rematerialize: while training, recompute the (heads, T, T) probabilities of the normal path in the
             backward pass instead of storing them (`keras.remat`, as fused attention kernels do).
+        locality: locality self-attention (Lee, Lee and Song 2021, arXiv 2112.13492), for small data: no token
+            attends to itself (the diagonal of the logits is masked) and the softmax temperature is learned
+            (weight `temperature`, the log of the scale, starting at log(head_dim ** -0.5)). Always the
+            explicit path.
         **kwargs: base `keras.layers.Layer` arguments.
 
     Example:
@@ -69,9 +75,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     """
 
     def __init__(self, num_heads: int, attention_dropout_rate: float = 0.0, qkv_bias: bool = True,
-                 rematerialize: bool = True, **kwargs):
+                 rematerialize: bool = True, locality: bool = False, **kwargs):
         super().__init__(**kwargs)
         self.rematerialize = rematerialize
+        self.locality = bool(locality)
         self.num_heads = num_heads
         self.qkv_bias = qkv_bias
         self.attention_dropout_rate = attention_dropout_rate
@@ -111,6 +118,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         for layer in (self.query, self.key, self.value):
             layer.build((None, width))
         self.out.build((None, self.num_heads, self.head_dim))
+        if self.locality:
+            self.temperature = self.add_weight(
+                name="temperature", shape=(), initializer=keras.initializers.Constant(-0.5 * math.log(self.head_dim)))
 
     def call(self, x, training=None, return_attention_scores=False):
         batch, tokens, width = ops.shape(x)[0], ops.shape(x)[1], x.shape[-1]
@@ -122,9 +132,13 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         q, k, v = heads(self.query), heads(self.key), heads(self.value)
         scale = self.head_dim**-0.5
         probs = None
-        if return_attention_scores or (training and self.attention_dropout_rate > 0):
-            logits = ops.einsum("btnh,bsnh->bnts", q, k)
-            probs = ops.softmax(ops.cast(logits, "float32") * scale, axis=-1)
+        if self.locality or return_attention_scores or (training and self.attention_dropout_rate > 0):
+            logits = ops.cast(ops.einsum("btnh,bsnh->bnts", q, k), "float32")
+            if self.locality:  # no attention to oneself, a learned temperature
+                logits = ops.where(ops.eye(tokens, dtype="bool"), -1e9, logits * ops.exp(ops.cast(self.temperature, "float32")))
+            else:
+                logits = logits * scale
+            probs = ops.softmax(logits, axis=-1)
             dropped = self.dropout(probs, training=training)
             context = ops.einsum("bnts,bsnh->btnh", ops.cast(dropped, v.dtype), v)
         else:
@@ -147,4 +161,5 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             "attention_dropout_rate": self.attention_dropout_rate,
             "qkv_bias": self.qkv_bias,
             "rematerialize": self.rematerialize,
+            "locality": self.locality,
         }

@@ -1,6 +1,7 @@
 """The ResNet stem of the paper's hybrid models (R50+ViT-B/16; paper sections 3.1 "Hybrid Architecture"
 and 4.1, appendix D.2): a ResNet v1 with Group Normalization and Weight Standardization (as in BiT),
-whose feature map becomes the patch grid of the Transformer (patches of size 1).
+whose feature map the patch embedding cuts (1x1 patches for R50+ViT-B/16, 8x8 for R+ViT-Ti/16's root alone;
+the stems by name: `keras_vit.variants.RESNET_STEMS`).
 
 Written from the official code, google-research/vision_transformer:
 

@@ -36,6 +36,7 @@ class TransformerBlock(keras.layers.Layer):
         rematerialize: while training, recompute the MLP's hidden layer (Dense + GELU) and the attention
             probabilities in the backward pass instead of storing them (`keras.remat`): the same gradients
             for less training memory and some extra compute (benchmarks/README.md); no effect on inference.
+        locality_attention: locality self-attention for small data (`MultiHeadSelfAttention(locality=True)`).
         **kwargs: base `keras.layers.Layer` arguments.
 
     Example:
@@ -55,6 +56,7 @@ class TransformerBlock(keras.layers.Layer):
         gelu_approximate: bool = True,
         qkv_bias: bool = True,
         rematerialize: bool = True,
+        locality_attention: bool = False,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -70,13 +72,14 @@ class TransformerBlock(keras.layers.Layer):
         self.layer_norm_epsilon = layer_norm_epsilon
         self.gelu_approximate = gelu_approximate
         self.qkv_bias = qkv_bias
+        self.locality_attention = bool(locality_attention)
         policy = self.dtype_policy
         self.attention_norm = keras.layers.LayerNormalization(
             epsilon=layer_norm_epsilon, name="attention_norm", dtype=policy
         )
         self.attention = MultiHeadSelfAttention(
             num_heads, attention_dropout_rate=attention_dropout_rate, qkv_bias=qkv_bias,
-            rematerialize=rematerialize, name="attention", dtype=policy,
+            rematerialize=rematerialize, locality=locality_attention, name="attention", dtype=policy,
         )
         self.mlp_norm = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="mlp_norm", dtype=policy)
         self.dropout = keras.layers.Dropout(dropout_rate, dtype=policy)
@@ -145,4 +148,5 @@ class TransformerBlock(keras.layers.Layer):
             "gelu_approximate": self.gelu_approximate,
             "qkv_bias": self.qkv_bias,
             "rematerialize": self.rematerialize,
+            "locality_attention": self.locality_attention,
         }
