@@ -1,6 +1,7 @@
 """`python -m training.experiments`: the nested subsets, the FLOP counter against the analytic ViT count, the
 runs each study needs, the reading, the command line, and a tiny end-to-end study writing every output."""
 
+import dataclasses
 import json
 import os
 import sys
@@ -12,7 +13,8 @@ import pytest
 import keras_vit
 from keras_vit.flops import forward_flops
 from keras_vit.layers.resnet import StdConv2D
-from training import experiments, experiments_data, experiments_models, experiments_report
+from training import (experiments, experiments_data, experiments_figure7, experiments_models, experiments_report,
+                      experiments_trainer)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "benchmarks"))
@@ -91,6 +93,13 @@ def test_bad_setups_are_refused(kwargs):
         experiments.Setup(**kwargs)
 
 
+def _probe(distance, entropy, correlation, variance):
+    return dict(attention_distance=distance, attention_entropy=entropy, filter_source="patch embedding",
+                position_structure=dict(neighbours=0.5, far=-0.1, distance_correlation=correlation),
+                filter_variance=variance, filters=np.zeros((2, 4, 4, 3)).tolist(),
+                position_similarity=np.eye(4).reshape(2, 2, 2, 2).tolist())
+
+
 def _synthetic_results(bit_small, bit_large, vit_small, vit_large):
     runs = []
     for model, (small, large) in {"bit": (bit_small, bit_large), "vit_base": (vit_small, vit_large),
@@ -100,23 +109,69 @@ def _synthetic_results(bit_small, bit_large, vit_small, vit_large):
             for seed, noise in enumerate((-0.002, 0.002)):
                 runs.append(dict(model=model, label=experiments_models.MODELS[model].label, fraction=fraction,
                                  train_examples=size, seed=seed, accuracy=accuracy + noise,
-                                 fewshot_accuracy=accuracy - 0.1 + noise, parameters=20_000,
+                                 fewshot_accuracy=accuracy - 0.1 + noise, parameters=20_000, steps=10,
                                  train_flops={"bit": 3e9, "vit_base": 2e9, "vit_small": 5e8, "hybrid": 9e8}[model],
                                  forward_flops=1e5, wall_time_s=1.0))
-    return dict(runs=runs, dataset=dict(name="digits", train_split="train", eval_split="test", train_examples=1000),
-                setup=dict(seeds=2, steps=10, global_batch_size=8, image_size=16, attention_images=4),
+    models = {m: dict(label=s.label, family=s.family, steps=s.steps, kind="hybrid" if "hybrid" in s.arguments
+                      else s.family) for m, s in experiments_models.MODELS.items()}
+    flat = [[0.9, 0.9], [0.9, 0.9]]
+    figure7 = {"vit_base": dict(init=_probe([[8.1, 8.0], [8.0, 8.0]], [[1.0, 1.0], [1.0, 1.0]], 0.0, [0.05] * 4),
+                                trained=_probe([[9.0, 3.0], [8.0, 8.5]], [[0.99, 0.5], [1.0, 0.995]], -0.6,
+                                               [0.2] * 4)),
+               "hybrid": dict(init=_probe([[8.0, 8.0], [8.0, 8.0]], flat, 0.1, [0.1] * 4),
+                              trained=_probe([[4.0, 5.0], [8.0, 8.0]], flat, -0.2, [0.2] * 4))}
+    return dict(runs=runs, models=models,
+                dataset=dict(name="digits", train_split="train", eval_split="test", train_examples=1000),
+                setup=dict(seeds=2, steps=None, global_batch_size=8, image_size=16, attention_images=4),
                 fewshot_shots=5, recipe=dict(recipe="demo"), wall_time_s=60.0, uniform_attention_distance=8.0,
-                attention_distance={"vit_base": [[9.0, 3.0], [8.0, 8.5]], "hybrid": [[4.0, 5.0], [8.0, 8.0]]})
+                figure7=figure7)
 
 
 def test_reading_is_computed_from_the_numbers():
     text = experiments_report.reading(_synthetic_results(0.60, 0.80, 0.40, 0.85))
     assert "20.0 points ahead" in text and "5.0 points behind" in text and "overtakes" in text
     assert "more locally than" in text and "10^7-10^8 images" in text
+    assert "ViT-B/4 layer 1 3.0-9.0 px (mean 6.0; at initialisation 8.1)" in text
+    assert "1 of 4 heads moved" in text and "correlation with grid distance -0.60; init 0.00" in text
+    assert "ViT-B/4 (patch embedding) 80% (init 20%)" in text
     text = experiments_report.reading(_synthetic_results(0.60, 0.90, 0.40, 0.70))
     assert "shrinks" not in text and "no trend" in text  # a 20-point lead at both ends
     assert "| BiT-R11 | 10% | 100 | 2 | 60.0 ± 0.2 |" in experiments_report.markdown_table(
         _synthetic_results(0.60, 0.90, 0.40, 0.70))
+
+
+def test_figure7_summary_and_head_table():
+    results = _synthetic_results(0.6, 0.8, 0.4, 0.85)
+    summary = experiments_figure7.summary(results)
+    assert summary["vit_base"]["first_trained"] == (6.0, 3.0, 9.0)
+    assert summary["vit_base"]["first_init"] == (8.05, 8.0, 8.1)
+    assert (summary["vit_base"]["heads_moved"], summary["hybrid"]["heads_moved"]) == (1, 0)
+    table = experiments_figure7.markdown_heads(results)
+    assert "| ViT-B/4 | 1 | 2 | 8.00 | 3.00 | 1.000 | 0.500 |" in table and table.count("\n") == 2 + 8 - 1
+    assert results["figure7"]["vit_base"]["trained"]["attention_distance"] == [[9.0, 3.0], [8.0, 8.5]]  # unchanged
+
+
+def test_the_figures_draw_from_synthetic_results(tmp_path):
+    results = _synthetic_results(0.6, 0.8, 0.4, 0.85)
+    results["reading"] = experiments_report.reading(results)
+    paths = experiments_report.write(results, str(tmp_path))
+    assert sorted(os.path.basename(p) for p in paths) == sorted(experiments_report.outputs(experiments_models.STUDIES))
+    assert all((tmp_path / name).read_bytes()[:4] == b"\x89PNG" for name in experiments_figure7.PLOTS)
+
+
+def test_presets_and_config_flags():
+    large = experiments.make_setup("large", seeds=1)
+    assert (large.dataset, large.image_size, large.seeds, large.global_batch_size) == ("cifar10", 32, 1, 128)
+    assert experiments_trainer.steps_for(large, "vit_base") == 10_000
+    assert experiments_trainer.steps_for(experiments.Setup(steps=7), "bit") == 7
+    assert experiments_trainer.steps_for(experiments.Setup(), "bit") == experiments_models.MODELS["bit"].steps
+    with pytest.raises(ValueError, match="preset='huge'"):
+        experiments.make_setup("huge")
+    from training.config import Config
+
+    helps = {f.name: f.metadata.get("help") for f in dataclasses.fields(Config)}
+    for name in experiments.CONFIG_FLAGS:  # declared once, in training.config
+        assert experiments.FLAGS[name].help.startswith(helps[name])
 
 
 # --- the command line and a tiny study -------------------------------------------------------------------
@@ -147,7 +202,7 @@ def test_tiny_study_writes_every_output(tmp_path, capsys):
     out = tmp_path / "out"
     status = experiments.main([
         f"--out={out}", "--models=vit_small,bit", "--fractions=0.5,1", "--seeds=1", "--steps=3",
-        "--global_batch_size=16", "--shots=1", "--attention_images=4", "--nojit_compile",
+        "--global_batch_size=16", "--shots=1", "--attention_images=4", "--nojit_compile", "--image_size=16",
     ])
     assert status == 0, capsys.readouterr().err
     assert sorted(os.listdir(out)) == sorted(experiments_report.outputs(experiments_models.STUDIES))
@@ -159,16 +214,53 @@ def test_tiny_study_writes_every_output(tmp_path, capsys):
         assert key in run
     assert run["train_flops"] == 3 * run["forward_flops"] * 3 * 16
     assert results["dataset"]["subset_sizes"] == {"0.5": 719, "1.0": 1438}
-    assert np.asarray(results["attention_distance"]["vit_small"]).shape == (2, 2)  # (layers, heads)
+    assert run["steps"] == 3 and results["models"]["vit_small"]["steps"] == 3
+    for when in ("init", "trained"):
+        probe = results["figure7"]["vit_small"][when]
+        assert np.asarray(probe["attention_distance"]).shape == np.asarray(probe["attention_entropy"]).shape == (2, 2)
+        assert np.asarray(probe["position_similarity"]).shape == (4, 4, 4, 4)
     assert results["reading"] and results["reading"] in (out / "index.html").read_text()
-    for figure in experiments_report.FIGURES.values():
+    for figure in experiments_figure7.PLOTS:
         assert (out / figure).read_bytes()[:4] == b"\x89PNG"
     printed = capsys.readouterr().out
     assert "run 4/4" in printed and "ETA" in printed
 
 
+def _write_folder(root, classes=3, per_class=(6, 2), size=32):
+    import tensorflow as tf
+
+    rng = np.random.default_rng(0)
+    for split, count in zip(("train", "test"), per_class):
+        for label in range(classes):
+            folder = root / split / f"class{label}"
+            folder.mkdir(parents=True)
+            for i in range(count):
+                image = rng.integers(0, 255, (size, size, 3), dtype=np.uint8)
+                image[:, label * 8:(label + 1) * 8] = 255
+                (folder / f"{i}.png").write_bytes(tf.io.encode_png(image).numpy())
+
+
+@pytest.mark.e2e
+def test_large_preset_at_a_tiny_size(tmp_path, capsys):
+    # The large preset's models and recipe on a tiny folder in place of CIFAR-10 (nothing is downloaded).
+    _write_folder(tmp_path / "data")
+    status = experiments.main([
+        f"--out={tmp_path / 'out'}", "--preset=large", f"--dataset=folder:{tmp_path / 'data'}", "--steps=2",
+        "--global_batch_size=4", "--fractions=1", "--seeds=1", "--shots=1", "--attention_images=2",
+        "--nojit_compile",
+    ])
+    assert status == 0, capsys.readouterr().err
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert results["setup"]["preset"] == "large" and results["setup"]["image_size"] == 32
+    assert {r["model"]: r["parameters"] > 1_000_000 for r in results["runs"]} == {
+        "vit_small": True, "vit_base": True, "bit": True, "hybrid": True}
+    assert np.asarray(results["figure7"]["vit_base"]["trained"]["attention_distance"]).shape == (8, 6)
+    assert results["recipe"]["recipe"] == "scratch" and results["uniform_attention_distance"] > 0
+
+
 def test_docstring_examples():
     import doctest
 
-    result = doctest.testmod(experiments_data, optionflags=doctest.ELLIPSIS)  # nested_subsets' example
-    assert result.attempted > 0 and result.failed == 0
+    for module in (experiments_data, experiments_models, experiments):  # nested_subsets', the presets
+        result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+        assert result.attempted > 0 and result.failed == 0

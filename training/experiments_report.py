@@ -1,9 +1,8 @@
 """The outputs of `training.experiments`: results.json, the paper-style figures, index.html and the reading.
 
 Figures (matplotlib, Agg): `data_size.png` (Figures 3-4: test and few-shot accuracy against the number of
-training images, log scale, error bars = std over seeds), `compute.png` (Figure 5: accuracy against training
-FLOPs, log scale) and `attention_distance.png` (Figure 7 right: one dot per head, mean attention distance
-against depth, one panel per model).
+training images, log scale, error bars = std over seeds), `compute.png` (Figure 5: accuracy against the
+training FLOPs spent, log scale) and Figure 7's three (`training.experiments_figure7`).
 """
 
 from __future__ import annotations
@@ -15,13 +14,14 @@ import os
 import numpy as np
 
 from keras_vit import extras
-from training.experiments_models import MODELS, STUDIES
+from training import experiments_figure7 as figure7
+from training.experiments_models import STUDIES
 
 # Imported with this module, before `training.experiments.run_studies` trains anything: a missing matplotlib
 # stops the run at once, not after its runs.
 matplotlib = extras.require("matplotlib", "inspect", "drawing the figures of training.experiments")
 
-FIGURES = {"data_size": "data_size.png", "compute": "compute.png", "attention_distance": "attention_distance.png"}
+FIGURES = {"data_size": ["data_size.png"], "compute": ["compute.png"], "attention_distance": list(figure7.PLOTS)}
 _STYLE = {"vit": dict(marker="o", linestyle="-"), "bit": dict(marker="s", linestyle="--"),
           "hybrid": dict(marker="P", linestyle="-.")}
 _COLOURS = {"vit_small": "#9ecae1", "vit_base": "#3182bd", "bit": "#636363", "hybrid": "#e6550d"}
@@ -29,16 +29,11 @@ _COLOURS = {"vit_small": "#9ecae1", "vit_base": "#3182bd", "bit": "#636363", "hy
 
 def outputs(studies) -> list[str]:
     """The files `write` writes for `studies`."""
-    return ["results.json"] + [FIGURES[s] for s in STUDIES if s in studies] + ["index.html"]
+    return ["results.json"] + [f for s in STUDIES if s in studies for f in FIGURES[s]] + ["index.html"]
 
 
-def _kind(model):
-    spec = MODELS[model]
-    return "hybrid" if spec.arguments.get("hybrid") else spec.family
-
-
-def _style(model):
-    return dict(_STYLE[_kind(model)], color=_COLOURS.get(model, "black"))
+def _style(results, model):
+    return dict(_STYLE[results["models"][model]["kind"]], color=_COLOURS.get(model, "black"))
 
 
 def _pyplot():
@@ -48,9 +43,8 @@ def _pyplot():
     return plt
 
 
-def plot_data_size(results, path):
+def plot_data_size(plt, results, path):
     """Figures 3-4 in miniature: test and linear few-shot accuracy [%] against training images (log)."""
-    plt = _pyplot()
     study = data_size(results)
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     shots = results["fewshot_shots"]
@@ -58,7 +52,7 @@ def plot_data_size(results, path):
         for axis, key in zip(axes, ("accuracy", "fewshot")):
             mean, std = (100 * np.array(v) for v in zip(*row[key]))
             axis.errorbar(row["train_examples"], mean, yerr=std, label=row["label"], capsize=3, markersize=5,
-                          **_style(model))
+                          **_style(results, model))
     dataset = results["dataset"]
     for axis, what in zip(axes, ("Test accuracy [%]", f"Linear {shots}-shot accuracy [%]")):
         axis.set_xscale("log")
@@ -67,25 +61,25 @@ def plot_data_size(results, path):
         axis.grid(True, which="both", alpha=0.3)
     axes[0].legend(fontsize=8)
     seeds = max(max(r["seeds"]) for r in study.values())
-    fig.suptitle(f"Accuracy against training-set size ({results['setup']['steps']} steps each; "
-                 f"error bars: std over {seeds} seeds)", fontsize=10)
-    return _save(fig, path)
+    budgets = ", ".join(f"{m['label']} {m['steps']}" for m in results["models"].values())
+    fig.suptitle(f"Accuracy against training-set size (steps per run: {budgets}; error bars: std over {seeds} "
+                 "seeds)", fontsize=10)
+    return fig
 
 
-def plot_compute(results, path):
-    """Figure 5 in miniature: accuracy of the full-data runs against training FLOPs (log)."""
-    plt = _pyplot()
+def plot_compute(plt, results, path):
+    """Figure 5 in miniature: accuracy of the full-data runs against the training FLOPs they spent (log)."""
     study = compute(results)
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     shots = results["fewshot_shots"]
     for axis, key in zip(axes, ("accuracy", "fewshot")):
-        vits = [m for m in study if _kind(m) == "vit"]
+        vits = [m for m in study if results["models"][m]["kind"] == "vit"]
         if len(vits) > 1:  # the ViT sizes as one family, as the paper's lines
             order = sorted(vits, key=lambda m: study[m]["train_flops"])
             axis.plot([study[m]["train_flops"] for m in order], [100 * study[m][key][0] for m in order],
                       color=_COLOURS["vit_base"], alpha=0.4)
         for model, row in study.items():
-            style = _style(model)
+            style = _style(results, model)
             style.pop("linestyle")
             axis.errorbar(row["train_flops"], 100 * row[key][0], yerr=100 * row[key][1], capsize=3, markersize=7,
                           label=f"{row['label']} ({row['parameters'] / 1e3:.0f}k params)", linestyle="none",
@@ -95,38 +89,8 @@ def plot_compute(results, path):
         axis.set_ylabel("Test accuracy [%]" if key == "accuracy" else f"Linear {shots}-shot accuracy [%]")
         axis.grid(True, which="both", alpha=0.3)
     axes[0].legend(fontsize=8)
-    fig.suptitle("Accuracy against training compute, full training split", fontsize=10)
-    return _save(fig, path)
-
-
-def plot_attention_distance(results, path):
-    """Figure 7 (right) in miniature: one panel per model, one dot per head, distance against depth."""
-    plt = _pyplot()
-    distances = attention_distance(results)
-    models = list(distances)
-    fig, axes = plt.subplots(1, max(1, len(models)), figsize=(4 * max(1, len(models)), 3.6), squeeze=False)
-    image_size = results["setup"]["image_size"]
-    top = max([float(np.max(d)) for d in distances.values()] + [results["uniform_attention_distance"], 1.0])
-    for axis, model in zip(axes[0], models):
-        d = distances[model]
-        layers, heads = d.shape
-        depth = np.repeat(np.arange(1, layers + 1), heads) + np.tile(np.linspace(-0.1, 0.1, heads), layers)
-        axis.scatter(depth, d.ravel(), c=np.tile(np.arange(heads), layers), cmap="tab10", vmin=0, vmax=9, s=24)
-        axis.axhline(results["uniform_attention_distance"], color="black", linestyle="--", linewidth=1,
-                     label="uniform attention")
-        axis.set_title(MODELS[model].label, fontsize=10)
-        axis.set_xlabel("Network depth (layer)")
-        axis.set_xticks(range(1, layers + 1))
-        axis.set_ylim(0, 1.1 * top)
-        axis.grid(True, alpha=0.3)
-    axes[0][0].set_ylabel("Mean attention distance (pixels)")
-    if models:
-        axes[0][0].legend(fontsize=8, loc="lower right")
-    else:
-        axes[0][0].text(0.5, 0.5, "no ViT or hybrid among the models", ha="center", transform=axes[0][0].transAxes)
-    fig.suptitle(f"Mean attention distance per head ({results['setup']['attention_images']} test images, "
-                 f"{image_size}x{image_size} pixels)", fontsize=10)
-    return _save(fig, path)
+    fig.suptitle("Accuracy against training compute spent, full training split", fontsize=10)
+    return fig
 
 
 def _save(fig, path):
@@ -157,8 +121,7 @@ def reading(results) -> str:
     the compute trade-off, the attention distances, and what this scale can and cannot show."""
     study = data_size(results)
     sentences = []
-    vits = [m for m in study if _kind(m) == "vit"]
-    full_fraction = max(f for row in study.values() for f in row["fractions"])
+    vits = [m for m in study if results["models"][m]["kind"] == "vit"]
     if "bit" in study and vits and len(study["bit"]["fractions"]) > 1:
         bit = study["bit"]
         small, large = 0, len(bit["fractions"]) - 1
@@ -199,7 +162,7 @@ def reading(results) -> str:
         best = max(comp, key=lambda m: comp[m]["accuracy"][0])
         listing = ", ".join(f"{comp[m]['label']} {_points(comp[m]['accuracy']):.1f}% for {comp[m]['train_flops']:.2g}"
                             for m in order)
-        text = (f"Against training compute (full split, FLOPs = 3 x forward x images seen): {listing} FLOPs; "
+        text = (f"Against the training compute spent (full split, FLOPs = 3 x forward x images seen): {listing} FLOPs; "
                 f"the most accurate is {comp[best]['label']}"
                 + (", also the most expensive" if best == order[-1] else
                    f", at {comp[best]['train_flops'] / comp[order[-1]]['train_flops']:.2g}x the compute of the most "
@@ -210,13 +173,8 @@ def reading(results) -> str:
             text += f"; the hybrid's stem costs {ratio:.2g}x ViT-S's compute and puts it {gain}"
         sentences.append(text)
     distances = attention_distance(results)
+    sentences += figure7.sentences(results)
     if distances:
-        parts = []
-        for model, d in distances.items():
-            parts.append(f"{MODELS[model].label} {d[0].min():.1f}-{d[0].max():.1f} px in layer 1 "
-                         f"(mean {d[0].mean():.1f}) and {d[-1].mean():.1f} px on average in its last layer")
-        sentences.append("Mean attention distances (uniform attention: "
-                         f"{results['uniform_attention_distance']:.1f} px): " + "; ".join(parts))
         if "hybrid" in distances and vits and any(m in distances for m in vits):
             plain = "vit_small" if "vit_small" in distances else [m for m in vits if m in distances][0]
             gap = distances[plain][0].mean() - distances["hybrid"][0].mean()
@@ -226,13 +184,14 @@ def reading(results) -> str:
                 verdict = "more locally than", ", as in Figure 7"
             else:
                 verdict = "less locally than", ", unlike Figure 7"
-            sentences.append(f"the hybrid's first layer attends {verdict[0]} {MODELS[plain].label}'s "
+            sentences.append(f"the hybrid's first layer attends {verdict[0]} {results['models'][plain]['label']}'s "
                              f"({abs(gap):.1f} px apart on average){verdict[1]}")
     n = results["dataset"]["train_examples"]
+    params, steps = ([r[key] for r in results["runs"]] for key in ("parameters", "steps"))
     sentences.append(
-        f"At this scale ({n} training images, models of about "
-        f"{min(r['parameters'] for r in results['runs']) / 1e3:.0f}k-{max(r['parameters'] for r in results['runs']) / 1e3:.0f}k "
-        "parameters, a few hundred steps) only the small-data end of the paper's curves is within reach: its "
+        f"At this scale ({n} training images, models of about {min(params) / 1e3:.0f}k-{max(params) / 1e3:.0f}k "
+        f"parameters, {min(steps)}-{max(steps)} steps a run) only the small-data end of the paper's curves is within "
+        "reach: its "
         "crossover needs pre-training on 10^7-10^8 images (ImageNet-21k, JFT-300M) and models of 10^8 parameters, "
         f"and with {results['setup']['seeds']} seed(s) per point differences of a point or two are noise")
     return ". ".join(s[0].upper() + s[1:] for s in sentences) + "."
@@ -252,7 +211,7 @@ def table_rows(results) -> list[dict]:
         rows.append(dict(model=run["label"], fraction=fraction, train_examples=run["train_examples"], seeds=seeds,
                          accuracy=f"{100 * mean:.1f} ± {100 * std:.1f}",
                          fewshot=f"{100 * fewshot[model, fraction][0]:.1f} ± {100 * fewshot[model, fraction][1]:.1f}",
-                         parameters=run["parameters"], train_flops=f"{run['train_flops']:.3g}",
+                         parameters=run["parameters"], steps=run["steps"], train_flops=f"{run['train_flops']:.3g}",
                          wall_time_s=f"{wall[model, fraction][0]:.1f}"))
     return rows
 
@@ -260,26 +219,30 @@ def table_rows(results) -> list[dict]:
 def markdown_table(results) -> str:
     """The table of `table_rows` in Markdown."""
     shots = results["fewshot_shots"]
-    head = ["model", "subset", "images", "seeds", "test acc. [%]", f"{shots}-shot [%]", "params", "train FLOPs",
-            "wall s/run"]
+    head = ["model", "subset", "images", "seeds", "test acc. [%]", f"{shots}-shot [%]", "params", "steps",
+            "train FLOPs", "wall s/run"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in table_rows(results):
         lines.append(f"| {r['model']} | {r['fraction']:.0%} | {r['train_examples']} | {r['seeds']} | {r['accuracy']} | "
-                     f"{r['fewshot']} | {r['parameters']:,} | {r['train_flops']} | {r['wall_time_s']} |")
+                     f"{r['fewshot']} | {r['parameters']:,} | {r['steps']} | {r['train_flops']} | {r['wall_time_s']} |")
     return "\n".join(lines)
 
 
 def write_html(results, path, studies):
     shots = results["fewshot_shots"]
     head = ["model", "subset", "images", "seeds", "test accuracy [%]", f"{shots}-shot linear [%]", "parameters",
-            "training FLOPs", "wall time per run [s]"]
+            "steps", "training FLOPs spent", "wall time per run [s]"]
     rows = "\n".join(
         "<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in (
             r["model"], f"{r['fraction']:.0%}", r["train_examples"], r["seeds"], r["accuracy"], r["fewshot"],
-            f"{r['parameters']:,}", r["train_flops"], r["wall_time_s"])) + "</tr>"
+            f"{r['parameters']:,}", r["steps"], r["train_flops"], r["wall_time_s"])) + "</tr>"
         for r in table_rows(results))
-    figures = "\n".join(f'<h2>{html.escape(s.replace("_", " "))}</h2><img src="{FIGURES[s]}" alt="{s}">'
-                        for s in STUDIES if s in studies)
+    figures = "\n".join(f'<h2>{html.escape(name)}</h2><img src="{name}" alt="{name}">'
+                        for s in STUDIES if s in studies for name in FIGURES[s])
+    heads = "\n".join("<tr>" + "".join(f"<td>{v}</td>" for v in (
+        html.escape(r["model"]), r["layer"], r["head"], f"{r['distance_init']:.2f}", f"{r['distance']:.2f}",
+        f"{r['entropy_init']:.3f}", f"{r['entropy']:.3f}")) + "</tr>" for r in figure7.head_rows(results))
+    budgets = ", ".join(f"{html.escape(m['label'])} {m['steps']}" for m in results["models"].values())
     setup = results["setup"]
     text = f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>keras_vit: the paper's experiments in miniature</title>
@@ -288,7 +251,7 @@ table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:3px 8px;te
 <body><h1>The paper's experiments in miniature</h1>
 <p>{html.escape(results['dataset']['name'])}: {results['dataset']['train_examples']} training images
 ({html.escape(results['dataset']['train_split'])}), accuracy on {html.escape(results['dataset']['eval_split'])};
-{setup['steps']} steps of {setup['global_batch_size']} images per run at {setup['image_size']}x{setup['image_size']},
+steps per run ({budgets}) of {setup['global_batch_size']} images at {setup['image_size']}x{setup['image_size']},
 recipe {html.escape(results['recipe']['recipe'])}; {len(results['runs'])} runs in
 {results['wall_time_s'] / 60:.1f} minutes. Every run: <a href="results.json">results.json</a>.</p>
 <h2>Reading</h2><p>{html.escape(results['reading'], quote=False)}</p>
@@ -296,6 +259,12 @@ recipe {html.escape(results['recipe']['recipe'])}; {len(results['runs'])} runs i
 <h2>Runs (mean ± std over seeds)</h2>
 <table><tr>{''.join(f'<th>{html.escape(h)}</th>' for h in head)}</tr>
 {rows}
+</table>
+<h2>Attention per head: distance [px] and entropy relative to uniform (1 = uniform), at initialisation and
+trained (uniform attention: {results['uniform_attention_distance']:.2f} px)</h2>
+<table><tr><th>model</th><th>layer</th><th>head</th><th>distance init</th><th>distance trained</th>
+<th>entropy init</th><th>entropy trained</th></tr>
+{heads}
 </table></body></html>
 """
     with open(path, "w") as f:
@@ -309,10 +278,11 @@ def write(results, out, studies=STUDIES) -> list[str]:
     paths = [os.path.join(out, "results.json")]
     with open(paths[0], "w") as f:
         json.dump(results, f, indent=2)
-    plots = {"data_size": plot_data_size, "compute": plot_compute, "attention_distance": plot_attention_distance}
+    plots = {"data_size.png": plot_data_size, "compute.png": plot_compute, **figure7.PLOTS}
+    plt = _pyplot()
     for study in STUDIES:
-        if study in studies:
-            paths.append(plots[study](results, os.path.join(out, FIGURES[study])))
+        for name in FIGURES[study] if study in studies else ():
+            paths.append(_save(plots[name](plt, results, os.path.join(out, name)), os.path.join(out, name)))
     paths.append(write_html(results, os.path.join(out, "index.html"), studies))
     return paths
 
@@ -337,7 +307,7 @@ def data_size(results: dict) -> dict:
     for model in dict.fromkeys(r["model"] for r in runs):
         fractions = sorted(f for m, f in accuracy if m == model)
         study[model] = dict(
-            label=MODELS[model].label, fractions=fractions, train_examples=[sizes[f] for f in fractions],
+            label=results["models"][model]["label"], fractions=fractions, train_examples=[sizes[f] for f in fractions],
             accuracy=[accuracy[model, f][:2] for f in fractions], fewshot=[shots[model, f][:2] for f in fractions],
             seeds=[accuracy[model, f][2] for f in fractions],
         )
@@ -351,7 +321,8 @@ def compute(results: dict) -> dict:
     for model in dict.fromkeys(r["model"] for r in runs):
         mine = [r for r in runs if r["model"] == model]
         study[model] = dict(
-            label=MODELS[model].label, family=MODELS[model].family, train_flops=mine[0]["train_flops"],
+            label=results["models"][model]["label"], family=results["models"][model]["family"],
+            train_flops=mine[0]["train_flops"],
             forward_flops=mine[0]["forward_flops"], parameters=mine[0]["parameters"],
             accuracy=(float(np.mean([r["accuracy"] for r in mine])), float(np.std([r["accuracy"] for r in mine]))),
             fewshot=(float(np.mean([r["fewshot_accuracy"] for r in mine])),
@@ -361,6 +332,8 @@ def compute(results: dict) -> dict:
     return study
 
 
-def attention_distance(results: dict) -> dict:
-    """The attention-distance study: {model: (layers, heads) mean attention distances in pixels}."""
-    return {model: np.asarray(d) for model, d in results.get("attention_distance", {}).items()}
+def attention_distance(results: dict, when: str = "trained") -> dict:
+    """The attention-distance study: {model: (layers, heads) mean attention distances in pixels}, of the trained
+    models or (`when="init"`) at initialisation."""
+    return {model: np.asarray(probe[when]["attention_distance"]) for model, probe in results.get("figure7", {}).items()
+            if when in probe}

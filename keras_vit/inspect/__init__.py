@@ -21,10 +21,11 @@ import importlib
 _EXPORTS = {
     **dict.fromkeys(("TokenGeometry", "attention_model", "attention_probabilities", "token_geometry"),
                     "keras_vit.inspect.attention"),
-    **dict.fromkeys(("mean_attention_distance", "patch_distances"), "keras_vit.inspect.distance"),
-    "embedding_filters": "keras_vit.inspect.filters",
+    **dict.fromkeys(("attention_entropy", "mean_attention_distance", "patch_distances", "uniform_attention_distance"),
+                    "keras_vit.inspect.distance"),
+    **dict.fromkeys(("embedding_filters", "explained_variance"), "keras_vit.inspect.filters"),
     **dict.fromkeys(("attention_rollout", "resize_bilinear", "rollout_maps"), "keras_vit.inspect.rollout"),
-    "position_embedding_similarity": "keras_vit.inspect.similarity",
+    **dict.fromkeys(("position_embedding_similarity", "similarity_against_distance"), "keras_vit.inspect.similarity"),
 }
 
 
@@ -50,6 +51,10 @@ __all__ = [
     "resize_bilinear",
     "mean_attention_distance",
     "patch_distances",
+    "uniform_attention_distance",
+    "attention_entropy",
     "position_embedding_similarity",
+    "similarity_against_distance",
     "embedding_filters",
+    "explained_variance",
 ]

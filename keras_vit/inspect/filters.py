@@ -45,3 +45,31 @@ def embedding_filters(kernel, patch_size, channels=3, num_components=28):
     strongest = np.take_along_axis(components, np.abs(components).argmax(axis=1)[:, None], axis=1)
     components = components * np.where(strongest < 0, -1.0, 1.0)
     return components.reshape(-1, patch_size, patch_size, channels)
+
+
+def explained_variance(kernel, num_components=None):
+    """The fraction of the patch-embedding filters' variance each principal component explains, largest first.
+
+    The components are those of `embedding_filters` (the filters centred across the D columns); random
+    filters spread their variance evenly, learned ones concentrate it in a few smooth components.
+
+    Args:
+        kernel: (inputs, D) or (P, P, C, D), as `embedding_filters` takes it.
+        num_components: how many fractions to return (default all, min(D, inputs)).
+
+    Returns:
+        float64 array (k,) of fractions summing to at most 1.
+
+    Example:
+        >>> import numpy as np
+        >>> explained_variance(np.outer(np.arange(4.0), [1.0, -1.0, 2.0])).round(3)
+        array([1., 0., 0.])
+    """
+    kernel = np.asarray(kernel, dtype=np.float64)
+    kernel = kernel.reshape(-1, kernel.shape[-1]) if kernel.ndim == 4 else kernel
+    if kernel.ndim != 2:
+        raise ValueError(f"`kernel` must have shape (inputs, D) or (P, P, C, D). Received: shape={kernel.shape}")
+    filters = kernel.T - kernel.T.mean(axis=0, keepdims=True)
+    variance = np.linalg.svd(filters, compute_uv=False) ** 2
+    fractions = variance / max(variance.sum(), 1e-300)
+    return fractions[:num_components]

@@ -83,6 +83,31 @@ def plot_attention_overlays(images, maps, path, titles=None, label="attention ro
     return _save(fig, path)
 
 
+def similarity_mosaic(similarity):
+    """The grid of grids of Figure 7 (centre) as one image: tile (i, j) is `similarity[i, j]`, tiles separated
+    by a blank (NaN) line, so that one imshow draws it however large the grid.
+
+    Example:
+        >>> similarity_mosaic(np.ones((2, 2, 2, 2))).shape
+        (5, 5)
+    """
+    similarity = np.asarray(similarity, dtype=np.float64)
+    rows, cols = similarity.shape[:2]
+    mosaic = np.full((rows * (rows + 1) - 1, cols * (cols + 1) - 1), np.nan)
+    for i in range(rows):
+        for j in range(cols):
+            mosaic[i * (rows + 1):i * (rows + 1) + rows, j * (cols + 1):j * (cols + 1) + cols] = similarity[i, j]
+    return mosaic
+
+
+def filter_panel(component):
+    """A principal component (P, P, C) scaled to [0, 1] on its own (its sign and scale are arbitrary), as an
+    RGB image, or (P, P) for one channel."""
+    panel = np.asarray(component, dtype=np.float64)
+    panel = (panel - panel.min()) / max(panel.max() - panel.min(), 1e-12)
+    return panel if panel.shape[-1] == 3 else panel[..., 0]
+
+
 def plot_position_similarity(similarity, path):
     """The grid of grids of Figure 7 (centre): tile (i, j) is patch (i, j)'s similarity to every patch.
 
@@ -100,11 +125,7 @@ def plot_position_similarity(similarity, path):
     """
     similarity = np.asarray(similarity, dtype=np.float64)
     rows, cols = similarity.shape[:2]
-    # One mosaic with a blank (NaN) line between tiles: one imshow, however large the grid.
-    mosaic = np.full((rows * (rows + 1) - 1, cols * (cols + 1) - 1), np.nan)
-    for i in range(rows):
-        for j in range(cols):
-            mosaic[i * (rows + 1):i * (rows + 1) + rows, j * (cols + 1):j * (cols + 1) + cols] = similarity[i, j]
+    mosaic = similarity_mosaic(similarity)
     cmap = matplotlib.colormaps["viridis"].with_extremes(bad="white")
     size = min(9.0, 2.5 + 0.35 * cols)
     fig, axis = plt.subplots(figsize=(size + 1.2, size))
@@ -193,10 +214,8 @@ def plot_embedding_filters(filters, path, columns=7):
         axis.set_axis_off()
         if index >= count:
             continue
-        panel = filters[index]
-        panel = (panel - panel.min()) / max(panel.max() - panel.min(), 1e-12)
-        axis.imshow(panel if panel.shape[-1] == 3 else panel[..., 0], cmap=None if panel.shape[-1] == 3 else "gray",
-                    interpolation="nearest")
+        panel = filter_panel(filters[index])
+        axis.imshow(panel, cmap=None if panel.ndim == 3 else "gray", interpolation="nearest")
         axis.set_title(f"PC {index + 1}", fontsize=7)
     fig.suptitle(f"patch-embedding filters: first {count} principal components", fontsize=9)
     return _save(fig, path)
