@@ -139,6 +139,13 @@ def report(results, variants):
     return "\n".join(lines)
 
 
+def machine_info(jiffies, load_start) -> dict:
+    """Load average at the start and now, the hypervisor's steal share since the start, date and CPU count."""
+    return {"load_average_start": load_start, "load_average_end": os.getloadavg()[0],
+            "steal_share": steal_share(jiffies, cpu_jiffies()) if jiffies else None,
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpus": os.cpu_count()}
+
+
 def parse_variants(specs, parser):
     variants = {}
     for spec in specs:
@@ -179,8 +186,10 @@ def main(argv=None):
             folder = os.path.join(root, dataset)
             if dataset != "digits" and not os.path.isdir(os.path.join(folder, "train")):
                 quality_data.make(dataset, folder, args.train_per_class, args.test_per_class)
-            budget = DIGITS_BUDGET if dataset == "digits" else FOLDER_BUDGET
-            for seed in range(args.seeds):
+        for seed in range(args.seeds):  # seeds outermost: a run stopped early has every dataset at the seeds done
+            for dataset in datasets:
+                folder = os.path.join(root, dataset)
+                budget = DIGITS_BUDGET if dataset == "digits" else FOLDER_BUDGET
                 rows = results[dataset]
                 rows["app"].append(run_app(dataset, folder, seed, scratch, budget, env))
                 for name, flags in variants.items():
@@ -193,10 +202,9 @@ def main(argv=None):
                     for runner, runs in rows.items()), flush=True)
                 if args.json:  # every finished seed, so that a long run that stops early keeps its runs
                     with open(args.json, "w", encoding="utf-8") as file:
-                        json.dump({"variants": variants, "results": results, "partial": True}, file, indent=2)
-    machine = {"load_average_start": load_start, "load_average_end": os.getloadavg()[0],
-               "steal_share": steal_share(jiffies, cpu_jiffies()) if jiffies else None,
-               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpus": os.cpu_count()}
+                        json.dump({"machine": machine_info(jiffies, load_start), "variants": variants,
+                                   "results": results, "partial": True}, file, indent=2)
+    machine = machine_info(jiffies, load_start)
     table = report(results, variants)
     print(table)
     print(f"load average {machine['load_average_start']:.1f} -> {machine['load_average_end']:.1f}, steal "

@@ -69,9 +69,10 @@ def initialize(model: keras.Model, scheme: str) -> keras.Model:
         raise ValueError(f"Unknown initialization. Received: initialization={scheme!r}. Known: {', '.join(SCHEMES)}.")
     if scheme == "official":
         return model
-    projection = model_parts.patch_encoder(model).projection.kernel  # (P*P*C, D): Conv2D (P, P, C, D) fans
-    channels = model.input_shape[-1] if model_parts.resnet_stem(model) is None else projection.shape[0]
-    patch_area = projection.shape[0] // channels
+    # (P*P*C, D): the fans of a Conv2D (P, P, C, D) over what `Patches` cuts: the image, the stacked shifted images,
+    # or a stem's feature map (1x1 patches of a conv stem or an R50; 8x8 of R+Ti/16's root)
+    projection = model_parts.patch_encoder(model).projection.kernel
+    patch_area = model_parts.patches(model).patch_size ** 2
     _assign_uniform(projection, glorot_limit(projection.shape[0], patch_area * projection.shape[1]))
     for block in model_parts.encoder_blocks(model):
         attention = block.attention

@@ -160,6 +160,7 @@ def ViT(
     from keras_vit.checkpoints import architecture, own
 
     validation.check_before_loading(arguments)  # before any download or read
+    validation.check_choice("tokenizer", tokenizer, (None, *TOKENIZERS))
     if own.is_own(weights):  # a keras_vit file or run: its own arguments, or the architecture asked for
         source = own.open_model(weights)
         if source is None:

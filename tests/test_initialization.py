@@ -61,6 +61,20 @@ def test_scratch_is_repeatable_with_the_keras_seed_and_keeps_the_rest():
     assert _std(block.mlp_dense_1.kernel) == pytest.approx(math.sqrt(6 / 192) / math.sqrt(3), rel=0.1)
 
 
+@pytest.mark.parametrize("options, fan_in, patch_area", [
+    (dict(tokenizer="shifted_patches"), 4 * 4 * 5 * 3, 16),  # Conv2D (4, 4, 15, 64) over the five stacked images
+    (dict(tokenizer="conv"), 64, 1),  # a 1x1 Conv2D over the stem's 64 channels
+    (dict(hybrid=dict(block_units=(), width=8, groups=4), patch_size=8), 2 * 2 * 8, 4),  # 2x2 patches of the root map
+])
+def test_the_patch_projection_has_the_fans_of_the_convolution_it_stands_for(options, fan_in, patch_area):
+    keras.utils.set_random_seed(0)
+    projection = model_parts.patch_encoder(keras_vit.ViT(**{**ARGS, **options})).projection.kernel
+    assert projection.shape[0] == fan_in
+    limit = math.sqrt(6.0 / (fan_in + patch_area * 64))  # Glorot uniform with Conv2D fans, by hand
+    values = np.abs(keras.ops.convert_to_numpy(projection))
+    assert values.max() <= limit and values.max() > 0.9 * limit
+
+
 def test_a_hybrid_and_a_headless_model_are_initialised_too():
     tiny_stem = dict(block_units=(1, 1), width=8, groups=4)
     hybrid = keras_vit.ViT(image_size=32, patch_size=8, hybrid=tiny_stem, hidden_size=32, num_layers=1,

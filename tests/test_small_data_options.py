@@ -81,6 +81,7 @@ def test_each_option_trains_and_round_trips(options, tmp_path):
     assert_model_round_trip(model, images, tmp_path, atol=1e-5)
 
 
+@pytest.mark.e2e  # three .keras saves and rebuilds: the round trip above keeps one save in the default tier
 @pytest.mark.parametrize("options", OPTIONS[1:], ids=lambda o: "+".join(f"{k}={v}" for k, v in o.items()))
 def test_own_model_with_options_transfers_to_other_classes_and_size(options, tmp_path):
     model = keras_vit.ViT(**SMALL, **options)
@@ -115,3 +116,23 @@ def test_published_layout_checkpoints_refuse_the_options(options, tmp_path):
     with pytest.raises(ValueError, match="does not match the requested architecture") as error:
         keras_vit.ViT(weights=path, **options)
     assert all(f"{key}={value!r} (checkpoint: " in str(error.value) for key, value in options.items())
+
+
+def test_the_scratch_recipe_turns_on_what_won_and_one_flag_gives_the_papers_architecture():
+    from training.config import make_config
+    from training.recipes import SMALL_DATA_ARCHITECTURE
+
+    assert SMALL_DATA_ARCHITECTURE == dict(tokenizer="shifted_patches")  # benchmarks/TRAINING.md, "Small-data options"
+    chosen = make_config(None, dataset="folder:/data/letters", image_size=28)
+    assert chosen.tokenizer == "shifted_patches" and chosen.locality_attention is None
+    assert "small-data options --tokenizer=shifted_patches (--tokenizer=patches for the paper's" in chosen.recipe_reason
+    assert chosen.model_kwargs()["tokenizer"] == "shifted_patches"
+    paper = make_config(None, dataset="folder:/data/letters", image_size=28, tokenizer="patches")
+    assert paper.tokenizer == "patches" and "small-data options" not in paper.recipe_reason
+    assert make_config(None, dataset="folder:/data/letters", locality_attention=True).tokenizer is None
+    # not for the demo, a named recipe, a BiT, or a fine-tune (a checkpoint's architecture is its own)
+    assert make_config(None, dataset="digits").tokenizer is None
+    assert make_config("scratch", dataset="folder:/data/letters").tokenizer is None
+    assert make_config(None, dataset="folder:/data/letters", model="bit_tiny").tokenizer is None
+    assert make_config(None, dataset="folder:/data/letters", model="vit_r50_b16").tokenizer is None  # its stem
+    assert make_config(None, dataset="folder:/data/letters", weights="imagenet21k").tokenizer is None

@@ -157,20 +157,29 @@ def situational_head(values: dict, overrides: dict) -> dict:
     return dict(values, classifier="gap", recipe_reason=reason)
 
 
-SMALL_DATA_ARCHITECTURE = dict(tokenizer="shifted_patches", locality_attention=True)
+SMALL_DATA_ARCHITECTURE = dict(tokenizer="shifted_patches")
 """The `keras_vit.ViT` options a ViT trained from scratch by the `scratch` recipe gets (`situational_architecture`):
 what won on `benchmarks/train_quality.py` (benchmarks/TRAINING.md, "Small-data options")."""
+SMALL_DATA_FLAGS = ("tokenizer", "locality_attention")
+"""The flags of the small-data options: giving any of them explicitly turns `situational_architecture` off."""
 
 
 def situational_architecture(values: dict, overrides: dict) -> dict:
     """The small-data options of a ViT trained from scratch by the chosen `scratch` recipe
-    (`SMALL_DATA_ARCHITECTURE`); any of their flags given explicitly turns the choice off (`--tokenizer=patches`:
-    the paper's architecture). One's own model (`--weights`) keeps the architecture its file carries."""
+    (`SMALL_DATA_ARCHITECTURE`); any of `SMALL_DATA_FLAGS` given explicitly turns the choice off
+    (`--tokenizer=patches`: the paper's architecture). One's own model (`--weights`) keeps the architecture its
+    file carries."""
+    from keras_vit.variants import get_variant
     from training.model import is_bit
 
-    if (values["recipe"] != "scratch" or values.get("weights") or is_bit(values["model"])
-            or any(key in overrides for key in SMALL_DATA_ARCHITECTURE)):
+    try:
+        hybrid = bool(get_variant(values["model"]).hybrid)  # a hybrid's ResNet stem is its tokenizer
+    except ValueError:  # 'tiny', a BiT, or a name the config's own check refuses
+        hybrid = False
+    if (values["recipe"] != "scratch" or values.get("weights") or is_bit(values["model"]) or hybrid
+            or any(key in overrides for key in SMALL_DATA_FLAGS)):
         return values
     chosen = ", ".join(f"--{key}={str(value).lower()}" for key, value in SMALL_DATA_ARCHITECTURE.items())
-    reason = f"{values['recipe_reason']}; small-data options {chosen} (--tokenizer=patches for the paper's architecture)"
+    reason = (f"{values['recipe_reason']}; small-data options {chosen} (--tokenizer=patches for the paper's "
+              "architecture)")
     return dict(values, **SMALL_DATA_ARCHITECTURE, recipe_reason=reason)

@@ -19,7 +19,7 @@ from keras_vit import cli
 FLAGS = flags.FlagValues()
 NOT_A_VIT = ("keras_vit.inspect draws a ViT's attention maps, attention distances, position embeddings and "
              "patch-embedding filters; a BiT ResNet has none of them (no attention, no patches): inspect a ViT "
-             "(e.g. vit_b16) or the hybrid (vit_r50_b16) instead.")
+             "(e.g. vit_b16) or a hybrid (e.g. vit_r50_b16, vit_r26_s32) instead.")
 cli.define_model(FLAGS, required=True, refuse_bit=NOT_A_VIT)
 cli.define_weights(FLAGS, required=True, purpose="the attention maps and distances")
 cli.define_image_size(FLAGS)

@@ -120,7 +120,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.out.build((None, self.num_heads, self.head_dim))
         if self.locality:
             self.temperature = self.add_weight(
-                name="temperature", shape=(), initializer=keras.initializers.Constant(-0.5 * math.log(self.head_dim)))
+                name="temperature", shape=(), initializer=keras.initializers.Constant(-0.5 * math.log(self.head_dim)),
+                autocast=False)  # a float32 scale under mixed precision too
 
     def call(self, x, training=None, return_attention_scores=False):
         batch, tokens, width = ops.shape(x)[0], ops.shape(x)[1], x.shape[-1]
