@@ -19,7 +19,7 @@ from keras_vit import initialization as initialization_lib
 from keras_vit import model_config, model_parts, pos_embed, preprocessing, validation, variants, weights_files
 from keras_vit.layers import Patches, PatchEncoder, TokenPooling, TransformerBlock
 from keras_vit.layers.resnet import ResNetStem
-from keras_vit.layers.tokenizers import ConvStem, ShiftedPatches, conv_stem_widths
+from keras_vit.layers.tokenizers import ConvStem, ShiftedPatches, check_shifted_patch_size, conv_stem_widths
 
 TOKENIZERS = ("patches", "conv", "shifted_patches")
 
@@ -287,7 +287,7 @@ def _check(a: dict) -> None:
     if a["tokenizer"] == "conv":
         conv_stem_widths(a["patch_size"], a["hidden_size"])
     if a["tokenizer"] == "shifted_patches":
-        ShiftedPatches(a["patch_size"])
+        check_shifted_patch_size(a["patch_size"])
     if a["hidden_size"] % a["num_heads"]:
         raise ValueError(
             f"`hidden_size` must be divisible by `num_heads`. Received: hidden_size={a['hidden_size']}, "

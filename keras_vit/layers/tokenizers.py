@@ -85,6 +85,13 @@ class ConvStem(keras.layers.Layer):
         return {**super().get_config(), "widths": list(self.widths)}
 
 
+def check_shifted_patch_size(patch_size) -> None:
+    """Refuses a patch size that shifted patches cannot halve (an integer of at least 2 is needed)."""
+    if not isinstance(patch_size, int) or patch_size < 2:
+        raise ValueError(f"Shifted patches move the image by half a patch: `patch_size` must be an integer of at "
+                         f"least 2. Received: patch_size={patch_size!r}")
+
+
 @keras.saving.register_keras_serializable(package="keras_vit")
 class ShiftedPatches(keras.layers.Layer):
     """Shifted patch tokenization: (B, H, W, C) -> (B, N, P*P*5C), layer-normalised patches.
@@ -106,9 +113,7 @@ class ShiftedPatches(keras.layers.Layer):
 
     def __init__(self, patch_size: int, epsilon: float = 1e-6, **kwargs):
         super().__init__(**kwargs)
-        if not isinstance(patch_size, int) or patch_size < 2:
-            raise ValueError(f"Shifted patches move the image by half a patch: `patch_size` must be an integer of at "
-                             f"least 2. Received: patch_size={patch_size!r}")
+        check_shifted_patch_size(patch_size)
         self.patch_size = patch_size
         self.epsilon = epsilon
         self.patches = Patches(patch_size, dtype=self.dtype_policy)
