@@ -71,11 +71,6 @@ def resnet_stem(model):
     return _optional(model, RESNET_STEM)
 
 
-def conv_stem(model):
-    """The `ConvStem` of `tokenizer="conv"`, or None."""
-    return _optional(model, CONV_STEM)
-
-
 def patches(model):
     """The `Patches` layer (its `patch_size` is 1 in a hybrid, which cuts the stem's feature map)."""
     return _required(model, PATCHES)

@@ -126,27 +126,3 @@ def resample_position_embedding(posemb, new_grid, num_prefix_tokens: int = 1, ol
     out = np.concatenate([prefix, grid.reshape(1, new[0] * new[1], -1).astype(array.dtype)], axis=1)
     return out[0] if squeeze else out
 
-
-POSITION_EMBEDDINGS = ("learned", "sincos2d")
-"""`keras_vit.ViT(pos_embedding=...)`: the paper's learned 1-D table, or big_vision's fixed 2-D sin-cos one."""
-
-
-def sincos_2d(grid, width: int, temperature: float = 10_000.0) -> np.ndarray:
-    """The fixed 2-D sin-cos position embedding (1, g_h * g_w, width) of big_vision's plain ViT baselines
-    (`posemb_sincos_2d`, "Better plain ViT baselines", Beyer et al. 2022): a quarter of the channels each for
-    sin(x w), cos(x w), sin(y w) and cos(y w), w = temperature ** -(k / (width / 4 - 1)), rows in (y, x) order.
-
-    Example:
-        >>> table = sincos_2d((2, 3), 8)
-        >>> table.shape, table[0, 0].tolist()
-        ((1, 6, 8), [0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 1.0])
-    """
-    rows, cols = _as_grid(grid, "grid")
-    if width % 4:
-        raise ValueError(f"The sin-cos position embedding needs a width divisible by 4. Received: width={width}")
-    quarter = width // 4
-    omega = 1.0 / temperature ** (np.arange(quarter) / max(quarter - 1, 1))
-    y, x = np.mgrid[:rows, :cols]
-    x_omega, y_omega = np.outer(x.ravel(), omega), np.outer(y.ravel(), omega)
-    table = np.concatenate([np.sin(x_omega), np.cos(x_omega), np.sin(y_omega), np.cos(y_omega)], axis=1)
-    return table[None].astype("float32")

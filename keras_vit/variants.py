@@ -186,6 +186,15 @@ VARIANTS: dict[str, Variant] = {
 }
 
 
+OWN_OPTIONS = dict(
+    pos_embedding="learned",
+    tokenizer="patches",
+    locality_attention=False,
+)
+"""keras_vit's own architecture options, which no published checkpoint uses: a keras_vit file carries the values its
+model was built with (`keras_vit.checkpoints.architecture` reads them from there), every other checkpoint has these.
+A new option of `keras_vit.ViT` that published checkpoints lack is declared here, once."""
+
 DEFAULTS = dict(
     image_size=224,
     patch_size=16,
@@ -198,9 +207,7 @@ DEFAULTS = dict(
     gelu_approximate=True,
     layer_norm_epsilon=1e-6,
     qkv_bias=True,
-    pos_embedding="learned",
-    tokenizer="patches",
-    locality_attention=False,
+    **OWN_OPTIONS,
 )
 """The one table of `keras_vit.ViT`'s architecture defaults (ViT-B/16 at 224 as the official code): what an
 argument left at None becomes when no checkpoint sets it."""

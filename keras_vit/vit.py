@@ -16,8 +16,9 @@ import keras
 import numpy as np
 
 from keras_vit import initialization as initialization_lib
-from keras_vit import model_config, model_parts, pos_embed, preprocessing, validation, variants, weights_files
+from keras_vit import model_config, model_parts, preprocessing, validation, variants, weights_files
 from keras_vit.layers import Patches, PatchEncoder, TokenPooling, TransformerBlock
+from keras_vit.layers.patch_encoder import check_position_embedding
 from keras_vit.layers.resnet import ResNetStem
 from keras_vit.layers.tokenizers import ConvStem, ShiftedPatches, check_shifted_patch_size, conv_stem_widths
 
@@ -123,7 +124,7 @@ def ViT(
             `"official"` (the Flax code's, zero head) ["scratch" for `weights=None`; with `weights` the
             checkpoint's values, and a new head for other classes is zero, as the official fine-tuning].
         pos_embedding: `"learned"` (the paper's 1-D table, resampled for another resolution) or `"sincos2d"`
-            (big_vision's fixed 2-D sin-cos table, no weights; `keras_vit.pos_embed.sincos_2d`). Checkpoints
+            (big_vision's fixed 2-D sin-cos table, no weights; `keras_vit.layers.patch_encoder.sincos_2d`). Checkpoints
             with a learned table load only into `"learned"` [the checkpoint's, else "learned"].
         tokenizer: how the image becomes tokens: `"patches"` (the paper's linear projection of P x P patches),
             `"conv"` (a convolutional stem: log2(P) stride-2 3x3 convolutions with BatchNorm and ReLU, then the
@@ -274,10 +275,7 @@ def _check(a: dict) -> None:
     validation.check_bool("qkv_bias", a["qkv_bias"])
     validation.check_positive_number("layer_norm_epsilon", a["layer_norm_epsilon"])
     validation.check_interpolation(a["pos_embed_interpolation"])
-    validation.check_choice("pos_embedding", a["pos_embedding"], pos_embed.POSITION_EMBEDDINGS)
-    if a["pos_embedding"] == "sincos2d" and a["hidden_size"] % 4:
-        raise ValueError(f"The sincos2d position embedding needs a `hidden_size` divisible by 4. "
-                         f"Received: hidden_size={a['hidden_size']}")
+    check_position_embedding(a["pos_embedding"], a["hidden_size"])
     validation.check_choice("initialization", a["initialization"], (None, *initialization_lib.SCHEMES))
     validation.check_choice("tokenizer", a["tokenizer"], TOKENIZERS)
     validation.check_bool("locality_attention", a["locality_attention"])

@@ -50,6 +50,7 @@ def test_patch_encoder_prepends_class_token_and_adds_positions():
     pos, cls = np_(layer.position_embedding), np_(layer.class_token)
     np.testing.assert_allclose(out[:, 0], np.broadcast_to(cls[0, 0] + pos[0, 0], (2, 6)), atol=1e-6)
     np.testing.assert_allclose(out[:, 1:], patches @ kernel + bias + pos[:, 1:], atol=1e-5)
+    np.testing.assert_array_equal(layer.patch_position_table(), pos[:, 1:])  # the [class] token's row left out
 
 
 def test_patch_encoder_without_class_token():

@@ -9,15 +9,16 @@ from harness import assert_model_round_trip, run_layer_test
 from numpy_reference import random_official_params
 
 import keras_vit
-from keras_vit import model_parts, pos_embed
+from keras_vit import model_parts
 from keras_vit.layers import PatchEncoder
+from keras_vit.layers.patch_encoder import sincos_2d
 
 TINY = dict(image_size=32, patch_size=8, hidden_size=32, num_layers=1, num_heads=2, mlp_dim=64, classes=3)
 
 
 def test_the_table_is_big_vision_s_formula_computed_by_hand():
     rows, cols, width = 2, 3, 8
-    table = pos_embed.sincos_2d((rows, cols), width)
+    table = sincos_2d((rows, cols), width)
     quarter = width // 4
     for index in range(rows * cols):
         y, x = divmod(index, cols)  # row-major, as Patches cuts the image
@@ -27,7 +28,7 @@ def test_the_table_is_big_vision_s_formula_computed_by_hand():
             got = [table[0, index, part * quarter + k] for part in range(4)]
             np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-7)
     with pytest.raises(ValueError, match="divisible by 4. Received: width=6"):
-        pos_embed.sincos_2d((2, 2), 6)
+        sincos_2d((2, 2), 6)
 
 
 def test_the_layer_passes_the_layer_checks(tmp_path):
@@ -36,7 +37,8 @@ def test_the_layer_passes_the_layer_checks(tmp_path):
                    expected_output_shape=(2, 7, 8), expected_num_trainable_weights=3, tmp_path=tmp_path)
     layer = PatchEncoder(8, use_class_token=False, position_embedding="sincos2d", grid=(2, 3))
     out = layer(np.zeros((1, 6, 12), "float32"))  # zero patches: the projection gives its bias, zero at start
-    np.testing.assert_allclose(np.asarray(out), pos_embed.sincos_2d((2, 3), 8), atol=1e-6)
+    np.testing.assert_allclose(np.asarray(out), sincos_2d((2, 3), 8), atol=1e-6)
+    np.testing.assert_array_equal(layer.patch_position_table(), sincos_2d((2, 3), 8))  # what section 4.5 reads
     with pytest.raises(ValueError, match="needs the patch `grid`"):
         PatchEncoder(8, position_embedding="sincos2d")
 

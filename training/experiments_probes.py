@@ -41,8 +41,8 @@ def figure7(model, images) -> dict:
     prefix = geometry.num_prefix_tokens
     distance = inspect.mean_attention_distance(probabilities, geometry.grid_shape, geometry.patch_size, prefix)
     entropy = inspect.attention_entropy(probabilities, prefix)
-    similarity = inspect.position_embedding_similarity(
-        np.asarray(model_parts.patch_encoder(model).position_embedding), geometry.grid_shape, prefix)
+    similarity = inspect.position_embedding_similarity(model_parts.patch_encoder(model).patch_position_table(),
+                                                       geometry.grid_shape)
     kernel, side, source = filter_kernel(model)
     channels = model.input_shape[-1]
     images = np.asarray(images)

@@ -4,7 +4,10 @@ A checkpoint carries no config, but its shapes fix everything that matters: the 
 (P, P, C, D) gives the patch size, channels and width; the blocks give depth, heads (query kernel
 (D, heads, head_dim)) and MLP width; `cls` means the token classifier; `pre_logits` its representation
 size; `head` its classes; the position embedding the training resolution; the query/key/value biases, or
-their absence, `qkv_bias`. `variant_name()` names the published variant it matches, for error messages.
+their absence, `qkv_bias`. keras_vit's own options (`keras_vit.variants.OWN_OPTIONS`: the position embedding
+kind, the tokenizer, locality attention, ...) are not read from shapes: a keras_vit file carries its arguments, and
+every other checkpoint has the defaults. `variant_name()` names the published variant it matches, for error
+messages.
 
 `resolve_arguments` is the step of `keras_vit.ViT(weights=...)` between reading a checkpoint and building the
 model: it fills the arguments the caller left at None from the checkpoint and refuses those that contradict it.
@@ -65,12 +68,8 @@ class CheckpointArchitecture:
     """The hybrid's ResNet stem as read from the file: dict(block_units=(...), width=...), or None."""
     qkv_bias: bool = True
     """Whether the file holds query/key/value biases (timm and Hugging Face files without them read as zeros)."""
-    pos_embedding: str = "learned"
-    """`"learned"` when the file holds a position embedding, else `"sincos2d"` (a keras_vit model's fixed one)."""
-    tokenizer: str = "patches"
-    """`"conv"` or `"shifted_patches"` when the file holds their weights (a keras_vit model's), else `"patches"`."""
-    locality_attention: bool = False
-    """Whether the blocks hold a locality self-attention temperature (a keras_vit model's)."""
+    options: dict = dataclasses.field(default_factory=lambda: dict(variants.OWN_OPTIONS))
+    """keras_vit's own options (`variants.OWN_OPTIONS` keys): a keras_vit file's values, else the defaults."""
 
     @property
     def num_prefix_tokens(self) -> int:
@@ -89,8 +88,7 @@ class CheckpointArchitecture:
     def model_arguments(self) -> dict:
         """The `keras_vit.ViT` arguments fixed by the checkpoint."""
         args = dict(patch_size=self.stride, hidden_size=self.hidden_size, num_layers=self.num_layers,
-                    num_heads=self.num_heads, mlp_dim=self.mlp_dim, pos_embedding=self.pos_embedding,
-                    tokenizer=self.tokenizer, locality_attention=self.locality_attention)
+                    num_heads=self.num_heads, mlp_dim=self.mlp_dim, **self.options)
         if self.hybrid:
             args["hybrid"] = named_stem(self.hybrid)
         return args
@@ -107,10 +105,8 @@ class CheckpointArchitecture:
         extra = f", pre_logits {self.representation_size}" if self.representation_size else ""
         hybrid = f" with ResNet stem {self.hybrid}" if self.hybrid else ""
         size = f", trained at {self.image_size[0]}x{self.image_size[1]}" if self.image_size else ""
-        bias = ("" if self.qkv_bias else ", no query/key/value biases") + (
-            ", fixed sin-cos position embedding" if self.pos_embedding == "sincos2d" else "") + (
-            f", {self.tokenizer} tokenizer" if self.tokenizer != "patches" else "") + (
-            ", locality self-attention" if self.locality_attention else "")
+        bias = ("" if self.qkv_bias else ", no query/key/value biases") + "".join(
+            f", {key}={value!r}" for key, value in self.options.items() if value != variants.OWN_OPTIONS[key])
         return (f"{name}{hybrid} (patch {self.stride}, D={self.hidden_size}, {self.num_layers} layers, "
                 f"{self.num_heads} heads, MLP {self.mlp_dim}, {self.channels} channels{bias}), {self.classifier} "
                 f"classifier, {head}{extra}{size}")
@@ -144,16 +140,17 @@ def infer(checkpoint: Checkpoint) -> CheckpointArchitecture:
     mlp = _require(params, "Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel", path)
     classifier = "token" if "cls" in params else "gap"
     prefix = 1 if classifier == "token" else 0
-    posemb = params.get("Transformer/posembed_input/pos_embedding")
-    if posemb is None and checkpoint.arguments is None:  # only a keras_vit model's fixed sin-cos has none
-        _require(params, "Transformer/posembed_input/pos_embedding", path)
+    posemb = params.get("Transformer/posembed_input/pos_embedding")  # a model without one: the loader says so
     num_patches = -1 if posemb is None else posemb.shape[1] - prefix
     side = math.isqrt(max(num_patches, 0))
     pre_logits = params.get("pre_logits/kernel")
     head = params.get("head/kernel")
     stem = _stem(params)  # a hybrid's embedding/kernel cuts the stem's feature map (1x1 for R50+B/16, 8x8 R+Ti/16)
     first = params["conv_root/kernel"] if stem else kernel  # the layer that sees the image
-    tokenizer, patch_size, channels = _tokenizer(params, kernel, first)
+    patch_size, channels = int(kernel.shape[0]), int(first.shape[2])
+    if checkpoint.arguments is not None:  # its own tokenizer may reshape the kernel: the arguments say it
+        patch_size = checkpoint.arguments["patch_size"] // (variants.stem_stride(stem["block_units"]) if stem else 1)
+        channels = int(checkpoint.arguments["input_shape"][2])
     return CheckpointArchitecture(
         patch_size=patch_size,
         hidden_size=int(kernel.shape[3]),
@@ -168,21 +165,8 @@ def infer(checkpoint: Checkpoint) -> CheckpointArchitecture:
                    num_patches),
         hybrid=stem,
         qkv_bias=f"Transformer/encoderblock_0/{QKV_BIAS_KEYS[0]}" in params,
-        pos_embedding="learned" if posemb is not None else "sincos2d",
-        tokenizer=tokenizer,
-        locality_attention="Transformer/encoderblock_0/MultiHeadDotProductAttention_1/temperature" in params,
+        options={key: (checkpoint.arguments or variants.OWN_OPTIONS)[key] for key in variants.OWN_OPTIONS},
     )
-
-
-def _tokenizer(params, kernel, first) -> tuple[str, int, int]:
-    """(tokenizer, patch size, image channels) from the keys of `keras_vit.layers.tokenizers`' weights: a
-    convolutional stem halves the image per convolution under 1x1 patches; shifted patches see 5 images."""
-    convs = [key for key in params if re.match(r"^conv_stem/conv_\d+/kernel$", key)]
-    if convs:
-        return "conv", 2 ** len(convs), int(params["conv_stem/conv_0/kernel"].shape[2])
-    if "embedding/norm/scale" in params:
-        return "shifted_patches", int(kernel.shape[0]), int(kernel.shape[2]) // 5
-    return "patches", int(kernel.shape[0]), int(first.shape[2])
 
 
 def _grid(checkpoint: Checkpoint, stride: int, side: int, num_patches: int) -> tuple[int, int] | None:

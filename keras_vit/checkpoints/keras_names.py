@@ -3,7 +3,9 @@
 The one place that knows which Keras variable holds which official array. Layers are found through
 `keras_vit.model_parts` (`patch_encoder`, `encoder_block_{i}`, `encoder_norm`, `pre_logits`, `head`, and
 `resnet_stem` for the hybrid, whose keys come from `keras_vit.checkpoints.resnet_names.resnet_targets`), never
-by position. A `qkv_bias=False` model has no query/key/value bias keys.
+by position. A `qkv_bias=False` model has no query/key/value bias keys. A weight no published layout has (those of
+keras_vit's own options, `keras_vit.variants.OWN_OPTIONS`: a convolutional stem, a locality temperature, ...) is
+keyed by its Keras path (`conv_stem/conv_0/kernel`), so a new option's weights need no entry here.
 Only one array changes shape on the way: the patch embedding kernel (P, P, C, D) becomes the Dense kernel
 (P*P*C, D) of `patch_encoder.projection` (a C-order reshape, matching the (row, column, channel) order of
 `Patches`). The position embedding may need resampling, which the loader does (`keras_vit.pos_embed`).
@@ -49,24 +51,20 @@ def block_targets(block, prefix: str) -> dict:
             out[f"{prefix}/{official}/{leaf}"] = getattr(layer, attr)
     for name in ("query", "key", "value", "out"):
         out.update(_dense(f"{prefix}/MultiHeadDotProductAttention_1/{name}", getattr(block.attention, name)))
-    if block.attention.locality:
-        out[f"{prefix}/MultiHeadDotProductAttention_1/temperature"] = block.attention.temperature
     return out
 
 
-def tokenizer_targets(model: keras.Model) -> dict:
-    """The keys of the small-data tokenizers' weights (`keras_vit.layers.tokenizers`; no official file has them):
-    `conv_stem/conv_{i}/kernel` and `conv_stem/norm_{i}/{scale,bias,mean,var}`, and `embedding/norm/{scale,bias}`
-    of shifted patches."""
-    out = {}
-    if (stem := model_parts.conv_stem(model)) is not None:
-        for i, (conv, norm) in enumerate(zip(stem.convs, stem.norms)):
-            out[f"conv_stem/conv_{i}/kernel"] = conv.kernel
-            for leaf, variable in (("scale", norm.gamma), ("bias", norm.beta), ("mean", norm.moving_mean),
-                                   ("var", norm.moving_variance)):
-                out[f"conv_stem/norm_{i}/{leaf}"] = variable
-    if (norm := getattr(model_parts.patches(model), "norm", None)) is not None:
-        out["embedding/norm/scale"], out["embedding/norm/bias"] = norm.gamma, norm.beta
+def own_option_targets(model: keras.Model, official: dict) -> dict:
+    """The model's weights that `official` (its published keys) does not hold, each under its Keras path: the
+    weights of keras_vit's own options, which only keras_vit files carry.
+
+    Raises:
+        ValueError: a path that is already an official key (two variables under one key).
+    """
+    mapped = {id(variable) for variable in official.values()}
+    out = {variable.path: variable for variable in model.weights if id(variable) not in mapped}
+    if clash := sorted(set(out) & set(official)):
+        raise ValueError(f"Weights of the model {model.name!r} have paths that are official keys: {clash}.")
     return out
 
 
@@ -81,7 +79,7 @@ def targets(model: keras.Model) -> dict:
     """
     encoder = model_parts.patch_encoder(model)
     out = _dense("embedding", encoder.projection)
-    if encoder.position_embedding is not None:  # a fixed sin-cos embedding has no weight
+    if encoder.position_embedding is not None:  # a fixed position embedding has no weight
         out[POSITION_EMBEDDING] = encoder.position_embedding
     if encoder.use_class_token:
         out["cls"] = encoder.class_token
@@ -96,5 +94,4 @@ def targets(model: keras.Model) -> dict:
         from keras_vit.checkpoints.resnet_names import resnet_targets
 
         out.update(resnet_targets(stem))
-    out.update(tokenizer_targets(model))
-    return out
+    return {**out, **own_option_targets(model, out)}

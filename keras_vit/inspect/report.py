@@ -99,9 +99,8 @@ def write_report(model, images, out_dir, names=None, inputs=None):
     patches = geometry.grid_shape[0] * geometry.grid_shape[1]
     uniform = mean_attention_distance(np.full((1, 1, patches, patches), 1.0 / patches), geometry.grid_shape,
                                       geometry.patch_size)
-    similarity = position_embedding_similarity(
-        np.asarray(model_parts.patch_encoder(model).position_embedding), geometry.grid_shape,
-        geometry.num_prefix_tokens)
+    similarity = position_embedding_similarity(model_parts.patch_encoder(model).patch_position_table(),
+                                               geometry.grid_shape)
     filters = _patch_filters(model)
 
     def out(name):

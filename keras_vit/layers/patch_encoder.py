@@ -1,10 +1,43 @@
 """`PatchEncoder`: linear patch projection, [class] token and position embedding (eq. 1): learned 1-D, or fixed
-2-D sin-cos."""
+2-D sin-cos (`sincos_2d`). The kinds of position embedding are this layer's: `POSITION_EMBEDDINGS`,
+`check_position_embedding`."""
 
 import keras
+import numpy as np
 from keras import ops
 
-from keras_vit import pos_embed
+POSITION_EMBEDDINGS = ("learned", "sincos2d")
+"""`keras_vit.ViT(pos_embedding=...)`: the paper's learned 1-D table, or big_vision's fixed 2-D sin-cos one."""
+
+
+def check_position_embedding(kind, hidden_size: int) -> None:
+    """Refuses an unknown kind, or a width the kind cannot fill (each error quotes the value)."""
+    if kind not in POSITION_EMBEDDINGS:
+        raise ValueError(f"`pos_embedding` must be one of {POSITION_EMBEDDINGS}. Received: pos_embedding={kind!r}")
+    if kind == "sincos2d" and hidden_size % 4:
+        raise ValueError(f"The sincos2d position embedding needs a `hidden_size` divisible by 4. "
+                         f"Received: hidden_size={hidden_size}")
+
+
+def sincos_2d(grid, width: int, temperature: float = 10_000.0) -> np.ndarray:
+    """The fixed 2-D sin-cos position embedding (1, g_h * g_w, width) of big_vision's plain ViT baselines
+    (`posemb_sincos_2d`, "Better plain ViT baselines", Beyer et al. 2022): a quarter of the channels each for
+    sin(x w), cos(x w), sin(y w) and cos(y w), w = temperature ** -(k / (width / 4 - 1)), rows in (y, x) order.
+
+    Example:
+        >>> table = sincos_2d((2, 3), 8)
+        >>> table.shape, table[0, 0].tolist()
+        ((1, 6, 8), [0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 1.0])
+    """
+    rows, cols = (int(n) for n in grid)
+    if width % 4:
+        raise ValueError(f"The sin-cos position embedding needs a width divisible by 4. Received: width={width}")
+    quarter = width // 4
+    omega = 1.0 / temperature ** (np.arange(quarter) / max(quarter - 1, 1))
+    y, x = np.mgrid[:rows, :cols]
+    x_omega, y_omega = np.outer(x.ravel(), omega), np.outer(y.ravel(), omega)
+    table = np.concatenate([np.sin(x_omega), np.cos(x_omega), np.sin(y_omega), np.cos(y_omega)], axis=1)
+    return table[None].astype("float32")
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -17,7 +50,7 @@ class PatchEncoder(keras.layers.Layer):
     input shape at build time.
 
     Weights: `projection` (kernel (P*P*C, D), bias (D,)), `class_token` (1, 1, D), and for the learned
-    embedding `position_embedding` (1, T, D). The fixed `"sincos2d"` embedding (`keras_vit.pos_embed.sincos_2d`)
+    embedding `position_embedding` (1, T, D). The fixed `"sincos2d"` embedding (`sincos_2d`)
     has no weight: it is added to the patch tokens before the [class] token is prepended, as in big_vision.
 
     Args:
@@ -37,8 +70,8 @@ class PatchEncoder(keras.layers.Layer):
     def __init__(self, hidden_size: int, use_class_token: bool = True, dropout_rate: float = 0.0,
                  position_embedding: str = "learned", grid=None, **kwargs):
         super().__init__(**kwargs)
-        if position_embedding not in pos_embed.POSITION_EMBEDDINGS:
-            raise ValueError(f"`position_embedding` must be one of {pos_embed.POSITION_EMBEDDINGS}. "
+        if position_embedding not in POSITION_EMBEDDINGS:
+            raise ValueError(f"`position_embedding` must be one of {POSITION_EMBEDDINGS}. "
                              f"Received: position_embedding={position_embedding!r}")
         if position_embedding == "sincos2d" and grid is None:
             raise ValueError("The sincos2d position embedding needs the patch `grid` (rows, cols). Received: grid=None")
@@ -69,13 +102,20 @@ class PatchEncoder(keras.layers.Layer):
             if self.grid[0] * self.grid[1] != num_patches:
                 raise ValueError(f"The patch grid {self.grid} does not cover the {num_patches} patches of the input.")
             self.position_embedding = None
-            self._fixed_embedding = pos_embed.sincos_2d(self.grid, self.hidden_size)
+            self._fixed_embedding = sincos_2d(self.grid, self.hidden_size)
             return
         self.position_embedding = self.add_weight(
             name="position_embedding",
             shape=(1, num_patches + int(self.use_class_token), self.hidden_size),
             initializer=keras.initializers.RandomNormal(stddev=0.02),
         )
+
+    def patch_position_table(self) -> np.ndarray:
+        """The position embedding each patch token gets, (1, N, D) as numpy: the learned table's patch rows, or
+        the fixed table (what section 4.5's similarity figure reads, whatever the kind)."""
+        if self.position_embedding is None:
+            return np.asarray(self._fixed_embedding)
+        return np.asarray(self.position_embedding)[:, self.num_prefix_tokens:]
 
     @property
     def num_prefix_tokens(self) -> int:
