@@ -166,14 +166,23 @@ def ViT(
         source = own.open_model(weights)
         if source is None:
             model = build(arguments)
-            loading.load_weights(model, weights)
+            loading.load_weights(_vision_transformer(model), weights)
             return model
         checkpoint, entry = own.to_checkpoint(source, weights), None
     else:
         checkpoint, entry = loading.open_checkpoint(weights, variants.find_variant(arguments), num_heads)
     model = build(architecture.resolve_arguments(arguments, checkpoint, entry, label=weights))
-    loading.load_checkpoint(model, checkpoint, interpolation=pos_embed_interpolation or "bilinear", label=weights)
+    loading.load_checkpoint(_vision_transformer(model), checkpoint, interpolation=pos_embed_interpolation or "bilinear",
+                            label=weights)
     return model
+
+
+def _vision_transformer(model) -> "VisionTransformer":
+    """The `VisionTransformer` of a `build` result: itself, or the one layer of the model `build` wraps around it
+    for an `input_tensor` computed by other layers (whose weights are not the checkpoint's)."""
+    if isinstance(model, VisionTransformer):
+        return model
+    return next(layer for layer in model.layers if isinstance(layer, VisionTransformer))
 
 
 def build(arguments: dict) -> "VisionTransformer":

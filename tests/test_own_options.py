@@ -4,10 +4,11 @@ defaults), and `checkpoints.keras_names` keys their weights by Keras path. A mad
 
 import numpy as np
 import pytest
+from numpy_reference import random_official_params
 
 import keras_vit
 from keras_vit import variants
-from keras_vit.checkpoints import architecture, keras_names
+from keras_vit.checkpoints import architecture, keras_names, own
 from keras_vit.checkpoints.canonical import Checkpoint
 
 TINY = dict(image_size=16, patch_size=4, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32, classes=3)
@@ -45,8 +46,15 @@ def test_weights_of_own_options_are_keyed_by_their_keras_path_and_a_clash_is_ref
     assert targets["conv_stem/conv_0/kernel"] is model.get_layer("conv_stem").convs[0].kernel
     assert "encoder_block_0/attention/temperature" in targets
     assert len({id(v) for v in targets.values()}) == len(targets) == len(model.weights)  # each weight once
-    plain = keras_names.targets(keras_vit.ViT(**TINY))
-    assert not [key for key in plain if "/" in key and key.split("/")[0] in ("patch_encoder", "encoder_block_0")]
+    plain = keras_names.targets(keras_vit.ViT(image_size=32, patch_size=8, hidden_size=32, num_layers=2,
+                                              num_heads=4, mlp_dim=64, classes=5))
+    assert sorted(plain) == sorted(random_official_params(np.random.default_rng(0)))  # the official layout, no more
     official = {"conv_stem/conv_0/kernel": model.get_layer("head").kernel}  # a made-up clash
     with pytest.raises(ValueError, match=r"paths that are official keys: \['conv_stem/conv_0/kernel'\]"):
         keras_names.own_option_targets(model, official)
+
+
+def test_a_keras_vit_file_says_its_patch_size_and_channels_where_its_tokenizer_reshapes_the_kernel():
+    model = keras_vit.ViT(**{**TINY, "image_size": None}, input_shape=(16, 16, 1), tokenizer="conv")
+    arch = architecture.infer(own.to_checkpoint(model, "conv.keras"))  # its embedding kernel is (1, 1, 8, 16)
+    assert (arch.stride, arch.channels, arch.grid, arch.options["tokenizer"]) == (4, 1, (4, 4), "conv")

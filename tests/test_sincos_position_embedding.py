@@ -9,7 +9,7 @@ from harness import assert_model_round_trip, run_layer_test
 from numpy_reference import random_official_params
 
 import keras_vit
-from keras_vit import model_parts
+from keras_vit import loading, model_parts
 from keras_vit.layers import PatchEncoder
 from keras_vit.layers.patch_encoder import sincos_2d
 
@@ -29,6 +29,10 @@ def test_the_table_is_big_vision_s_formula_computed_by_hand():
             np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-7)
     with pytest.raises(ValueError, match="divisible by 4. Received: width=6"):
         sincos_2d((2, 2), 6)
+    np.testing.assert_array_equal(sincos_2d(3, 8), sincos_2d((3, 3), 8))
+    for grid in ((0, 3), (2.5, 2), (1, 2, 3)):
+        with pytest.raises(ValueError, match=r"positive int or a \(rows, cols\) pair. Received: grid="):
+            sincos_2d(grid, 8)
 
 
 def test_the_layer_passes_the_layer_checks(tmp_path):
@@ -71,6 +75,22 @@ def test_a_sincos_model_transfers_and_a_learned_checkpoint_is_refused(tmp_path):
     np.savez(npz, **random_official_params(np.random.default_rng(0)))
     with pytest.raises(ValueError, match=r"pos_embedding='sincos2d' \(checkpoint: 'learned'\)"):
         keras_vit.ViT(weights=npz, pos_embedding="sincos2d")
+    params = random_official_params(np.random.default_rng(0))
+    del params["Transformer/posembed_input/pos_embedding"]  # a published layout always has one
+    np.savez(npz, **params)
+    with pytest.raises(ValueError, match="official.npz' does not look like a ViT checkpoint: it has no "
+                                         "'Transformer/posembed_input/pos_embedding'"):
+        keras_vit.ViT(weights=npz, pos_embedding="sincos2d")
+    with pytest.raises(ValueError, match="official.npz' does not look like a ViT checkpoint"):
+        loading.load_weights(model, npz)  # into a model that has no table: still refused
+
+
+def test_section_4_5_inspection_reads_the_fixed_table(tmp_path):
+    from keras_vit.inspect.report import write_report
+
+    model = keras_vit.ViT(**TINY, pos_embedding="sincos2d")
+    summary = write_report(model, np.zeros((1, 32, 32, 3)), str(tmp_path))
+    assert any(path.endswith("position_similarity.png") for path in summary["files"])
 
 
 def test_the_app_builds_it_from_its_flag():

@@ -112,6 +112,24 @@ def test_input_tensor_and_preprocessing(tiny):
     np.testing.assert_allclose(model.predict(raw, verbose=0), plain.predict(raw / 127.5 - 1, verbose=0), atol=1e-5)
 
 
+@pytest.mark.parametrize("kind", ["own", "official"])
+def test_weights_load_into_a_vit_on_a_tensor_computed_by_other_layers(tiny, tmp_path, kind):
+    source = keras_vit.ViT(**tiny)
+    source.set_weights([np.random.default_rng(3).normal(0, 0.1, w.shape) for w in source.get_weights()])
+    path = str(tmp_path / "source.weights.h5")
+    source.save_weights(path)
+    if kind == "official":  # a published layout of the same weights, through the converter's key map
+        from keras_vit.checkpoints import own
+
+        path = str(tmp_path / "source.npz")
+        np.savez(path, **own.to_checkpoint(source, path).params)
+    inputs = keras.Input((32, 32, 3))
+    scaled = keras.layers.Rescaling(2.0, name="upstream")(inputs)  # the ViT sees a computed tensor
+    model = keras_vit.ViT(**tiny, input_tensor=scaled, weights=path)
+    x = np.random.default_rng(4).uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
+    np.testing.assert_allclose(model.predict(x, verbose=0), source.predict(2 * x, verbose=0), atol=1e-5)
+
+
 def test_every_trainable_weight_gets_a_gradient(tiny, images):
     import tensorflow as tf
 

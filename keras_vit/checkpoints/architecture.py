@@ -140,7 +140,9 @@ def infer(checkpoint: Checkpoint) -> CheckpointArchitecture:
     mlp = _require(params, "Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel", path)
     classifier = "token" if "cls" in params else "gap"
     prefix = 1 if classifier == "token" else 0
-    posemb = params.get("Transformer/posembed_input/pos_embedding")  # a model without one: the loader says so
+    posemb = params.get("Transformer/posembed_input/pos_embedding")
+    if posemb is None and checkpoint.arguments is None:  # every published layout has one; a keras_vit file says
+        _require(params, "Transformer/posembed_input/pos_embedding", path)  # in its arguments whether it has one
     num_patches = -1 if posemb is None else posemb.shape[1] - prefix
     side = math.isqrt(max(num_patches, 0))
     pre_logits = params.get("pre_logits/kernel")

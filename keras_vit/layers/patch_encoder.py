@@ -22,14 +22,18 @@ def check_position_embedding(kind, hidden_size: int) -> None:
 def sincos_2d(grid, width: int, temperature: float = 10_000.0) -> np.ndarray:
     """The fixed 2-D sin-cos position embedding (1, g_h * g_w, width) of big_vision's plain ViT baselines
     (`posemb_sincos_2d`, "Better plain ViT baselines", Beyer et al. 2022): a quarter of the channels each for
-    sin(x w), cos(x w), sin(y w) and cos(y w), w = temperature ** -(k / (width / 4 - 1)), rows in (y, x) order.
+    sin(x w), cos(x w), sin(y w) and cos(y w), w = temperature ** -(k / (width / 4 - 1)), rows in (y, x) order;
+    `grid` is (rows, cols) or an int for a square one.
 
     Example:
         >>> table = sincos_2d((2, 3), 8)
         >>> table.shape, table[0, 0].tolist()
         ((1, 6, 8), [0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 1.0])
     """
-    rows, cols = (int(n) for n in grid)
+    pair = (grid, grid) if isinstance(grid, (int, np.integer)) else tuple(grid)
+    if len(pair) != 2 or not all(isinstance(n, (int, np.integer)) and n > 0 for n in pair):
+        raise ValueError(f"`grid` must be a positive int or a (rows, cols) pair. Received: grid={grid!r}")
+    rows, cols = int(pair[0]), int(pair[1])
     if width % 4:
         raise ValueError(f"The sin-cos position embedding needs a width divisible by 4. Received: width={width}")
     quarter = width // 4
@@ -115,7 +119,7 @@ class PatchEncoder(keras.layers.Layer):
         the fixed table (what section 4.5's similarity figure reads, whatever the kind)."""
         if self.position_embedding is None:
             return np.asarray(self._fixed_embedding)
-        return np.asarray(self.position_embedding)[:, self.num_prefix_tokens:]
+        return ops.convert_to_numpy(self.position_embedding)[:, self.num_prefix_tokens:]
 
     @property
     def num_prefix_tokens(self) -> int:
