@@ -26,6 +26,7 @@ def test_the_table_resolves_the_bit_names():
     assert model.count_params() == 23_500_352 + 2048 * 3 + 3  # ResNet-50 v2 body + a 3-class head
 
 
+@pytest.mark.e2e  # a full-size ResNet-50 built three times
 def test_a_bit_built_by_name_round_trips_through_keras_in_safe_mode(tmp_path):
     model = cli.build_model("bit_r50x1", "none", image_size=32, classes=4)
     head = model_parts.head(model)
