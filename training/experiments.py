@@ -118,14 +118,13 @@ def is_transformer(setup: Setup, name: str) -> bool:
 def planned_runs(setup: Setup, studies=STUDIES) -> list[tuple[str, float, int]]:
     """(model, fraction, seed) of every run the studies need: all of them for `data_size`; the full-data runs
     for `compute`; seed 0 on full data of the ViTs and the hybrid for `attention_distance`."""
-    full = max(setup.fractions)
+    full, probed = max(setup.fractions), probed_runs(setup, studies)
     wanted = set()
     for model in setup.models:
         for fraction in setup.fractions:
             for seed in range(setup.seeds):
                 if ("data_size" in studies or ("compute" in studies and fraction == full)
-                        or ("attention_distance" in studies and fraction == full and seed == 0
-                            and is_transformer(setup, model))):
+                        or (model, fraction, seed) in probed):
                     wanted.add((model, fraction, seed))
     return sorted(wanted, key=lambda run: (setup.models.index(run[0]), run[1], run[2]))
 

@@ -151,7 +151,7 @@ def infer(checkpoint: Checkpoint) -> CheckpointArchitecture:
     first = params["conv_root/kernel"] if stem else kernel  # the layer that sees the image
     patch_size, channels = int(kernel.shape[0]), int(first.shape[2])
     if checkpoint.arguments is not None:  # its own tokenizer may reshape the kernel: the arguments say it
-        patch_size = checkpoint.arguments["patch_size"] // (variants.stem_stride(stem["block_units"]) if stem else 1)
+        patch_size = variants.feature_patch_size(stem, checkpoint.arguments["patch_size"])
         channels = int(checkpoint.arguments["input_shape"][2])
     return CheckpointArchitecture(
         patch_size=patch_size,

@@ -10,10 +10,11 @@ POSITION_EMBEDDINGS = ("learned", "sincos2d")
 """`keras_vit.ViT(pos_embedding=...)`: the paper's learned 1-D table, or big_vision's fixed 2-D sin-cos one."""
 
 
-def check_position_embedding(kind, hidden_size: int) -> None:
-    """Refuses an unknown kind, or a width the kind cannot fill (each error quotes the value)."""
+def check_position_embedding(kind, hidden_size: int, name: str = "pos_embedding") -> None:
+    """Refuses an unknown kind (the argument called `name`), or a width the kind cannot fill (each error quotes
+    the value)."""
     if kind not in POSITION_EMBEDDINGS:
-        raise ValueError(f"`pos_embedding` must be one of {POSITION_EMBEDDINGS}. Received: pos_embedding={kind!r}")
+        raise ValueError(f"`{name}` must be one of {POSITION_EMBEDDINGS}. Received: {name}={kind!r}")
     if kind == "sincos2d" and hidden_size % 4:
         raise ValueError(f"The sincos2d position embedding needs a `hidden_size` divisible by 4. "
                          f"Received: hidden_size={hidden_size}")
@@ -74,9 +75,7 @@ class PatchEncoder(keras.layers.Layer):
     def __init__(self, hidden_size: int, use_class_token: bool = True, dropout_rate: float = 0.0,
                  position_embedding: str = "learned", grid=None, **kwargs):
         super().__init__(**kwargs)
-        if position_embedding not in POSITION_EMBEDDINGS:
-            raise ValueError(f"`position_embedding` must be one of {POSITION_EMBEDDINGS}. "
-                             f"Received: position_embedding={position_embedding!r}")
+        check_position_embedding(position_embedding, hidden_size, name="position_embedding")
         if position_embedding == "sincos2d" and grid is None:
             raise ValueError("The sincos2d position embedding needs the patch `grid` (rows, cols). Received: grid=None")
         self.hidden_size = hidden_size
