@@ -11,12 +11,20 @@ The names below are imported on first use, so `import keras_vit` alone does not 
 before any `.keras` file can be loaded: at once when Keras is already imported, else as soon as it is.
 """
 
-import importlib
-import importlib.abc
-import importlib.util
-import sys
+import importlib as _importlib
+import importlib.abc as _importlib_abc
+import importlib.metadata as _metadata
+import importlib.util as _importlib_util
+import logging as _logging
+import sys as _sys
 
 __version__ = "0.1.0"
+
+DISTRIBUTION = "keras-vit-applications"
+"""The name this package is installed under (`pip install keras-vit-applications`); it imports as `keras_vit`.
+PyPI's `keras-vit` is an unrelated project that installs a module of the same name."""
+
+_OTHER_DISTRIBUTION = "keras-vit"
 
 _EXPORTS = {
     **{name: "keras_vit.applications" for name in (
@@ -34,7 +42,13 @@ _EXPORTS = {
     "decode_predictions": "keras_vit.preprocessing",
     "WeightsDownloadError": "keras_vit.download",
     "WeightsChecksumError": "keras_vit.download",
+    "list_models": "keras_vit.registry",
+    "list_weights": "keras_vit.registry",
 }
+
+PUBLIC_MODULES = ("layers", "loading", "weights", "variants", "preprocessing", "export", "inspect", "convert",
+                  "download", "pos_embed", "initialization", "extras")
+"""The submodules the documentation names; `dir(keras_vit)` lists them beside `__all__`."""
 
 __all__ = [
     "ViT",
@@ -63,24 +77,27 @@ __all__ = [
     "TokenPooling",
     "preprocess_input",
     "decode_predictions",
+    "list_models",
+    "list_weights",
     "WeightsDownloadError",
     "WeightsChecksumError",
+    "DISTRIBUTION",
     "__version__",
 ]
 
 
 def __getattr__(name):
     if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        value = getattr(_importlib.import_module(_EXPORTS[name]), name)
         globals()[name] = value
         return value
-    if not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
-        return importlib.import_module(f"{__name__}.{name}")  # `keras_vit.loading`, ... without an import
+    if not name.startswith("_") and _importlib_util.find_spec(f"{__name__}.{name}") is not None:
+        return _importlib.import_module(f"{__name__}.{name}")  # `keras_vit.loading`, ... without an import
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_EXPORTS))
+    return sorted({*__all__, *PUBLIC_MODULES})
 
 
 def _import_all():
@@ -89,7 +106,7 @@ def _import_all():
         __getattr__(name)
 
 
-class _AfterKerasImport(importlib.abc.MetaPathFinder):
+class _AfterKerasImport(_importlib_abc.MetaPathFinder):
     """Registers keras_vit's layers right after `import keras` runs, before the importer gets Keras back.
 
     It stays on `sys.meta_path` until Keras has actually been executed: `importlib.util.find_spec("keras")`
@@ -102,7 +119,7 @@ class _AfterKerasImport(importlib.abc.MetaPathFinder):
         if fullname != "keras":
             return None
         spec = None
-        for finder in sys.meta_path:  # the finders after this one locate the real package
+        for finder in _sys.meta_path:  # the finders after this one locate the real package
             if finder is self or isinstance(finder, _AfterKerasImport) or not hasattr(finder, "find_spec"):
                 continue
             spec = finder.find_spec(fullname, path, target)
@@ -115,8 +132,8 @@ class _AfterKerasImport(importlib.abc.MetaPathFinder):
 
         def exec_then_register(module):
             exec_module(module)
-            if finder in sys.meta_path:
-                sys.meta_path.remove(finder)  # Keras is loaded: once is enough
+            if finder in _sys.meta_path:
+                _sys.meta_path.remove(finder)  # Keras is loaded: once is enough
             try:
                 _import_all()
             except Exception:  # noqa: BLE001  an unusable backend: the error shows where keras_vit is used
@@ -126,7 +143,23 @@ class _AfterKerasImport(importlib.abc.MetaPathFinder):
         return spec
 
 
-if "keras" in sys.modules:
+def _check_other_distribution() -> None:
+    """One line when PyPI's unrelated `keras-vit` is installed too: both write `keras_vit/` into site-packages."""
+    try:
+        other = _metadata.distribution(_OTHER_DISTRIBUTION)
+    except _metadata.PackageNotFoundError:
+        return
+    if other.metadata["Name"] != _OTHER_DISTRIBUTION:  # a normalised lookup that found this package itself
+        return
+    _logging.getLogger("keras_vit").warning(
+        "The unrelated PyPI package %s %s is installed beside %s: both install the module keras_vit, so this one "
+        "may be partly overwritten. Run `pip uninstall %s` and reinstall %s.", _OTHER_DISTRIBUTION,
+        other.version, DISTRIBUTION, _OTHER_DISTRIBUTION, DISTRIBUTION)
+
+
+_check_other_distribution()
+
+if "keras" in _sys.modules:
     _import_all()
-elif not any(isinstance(finder, _AfterKerasImport) for finder in sys.meta_path):
-    sys.meta_path.insert(0, _AfterKerasImport())
+elif not any(isinstance(finder, _AfterKerasImport) for finder in _sys.meta_path):
+    _sys.meta_path.insert(0, _AfterKerasImport())

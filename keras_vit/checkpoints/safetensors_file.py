@@ -1,7 +1,7 @@
 """Reads `.safetensors` files (header or tensors) with the `safetensors` library, never with pickle.
 
 Shared by the timm and Hugging Face readers and by format detection. `safetensors` is an optional
-dependency (`pip install "keras-vit[safetensors]"`), imported only when a file is read.
+dependency (`pip install "keras-vit-applications[safetensors]"`), imported only when a file is read.
 
 Example:
     >>> import numpy as np, os, tempfile

@@ -1,4 +1,4 @@
-"""ONNX export of the float signature through tf2onnx (`pip install "keras-vit[onnx]"`: tf2onnx, onnxruntime).
+"""ONNX export of the float signature through tf2onnx (`pip install "keras-vit-applications[onnx]"`: tf2onnx, onnxruntime).
 
 Input `images` float32 (batch, H, W, 3) in 0..255, output `probabilities` (or `logits`, or `features`),
 the [-1, 1] scaling in the graph. Exact-GELU models (`gelu_approximate=False`, timm/HF weights) contain

@@ -1,0 +1,1 @@
+"""Class-name files read by `keras_vit.preprocessing.decode_predictions` (package data, no code)."""
