@@ -52,6 +52,7 @@ def _stem_summary(variant: Variant) -> str:
 
 
 def _constructor(variant: Variant):
+    @vit.records_given
     def constructor(
         include_top=True,
         weights=DEFAULT_WEIGHTS.get(variant.name),
@@ -61,6 +62,7 @@ def _constructor(variant: Variant):
         classes=None,
         classifier_activation="softmax",
         name=variant.model_name,
+        _given=frozenset(),
         **kwargs,
     ):
         return vit.ViT(
@@ -74,6 +76,7 @@ def _constructor(variant: Variant):
             classifier_activation=classifier_activation,
             name=name,
             **kwargs,
+            _given=_given | set(variant.architecture()),
         )
 
     constructor.__name__ = constructor.__qualname__ = variant.constructor_name

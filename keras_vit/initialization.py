@@ -34,9 +34,9 @@ import math
 
 import keras
 
-from keras_vit import model_parts
+from keras_vit import model_parts, variants
 
-SCHEMES = ("official", "scratch")
+SCHEMES = variants.choices("initialization")
 
 
 def glorot_limit(fan_in: int, fan_out: int) -> float:

@@ -20,7 +20,9 @@ import math
 
 import numpy as np
 
-METHODS = ("bilinear", "bicubic")
+from keras_vit import variants
+
+METHODS = variants.choices("pos_embed_interpolation")
 
 
 def _bilinear_matrix(size_in: int, size_out: int) -> np.ndarray:

@@ -3,10 +3,11 @@
 import math
 import numbers
 
-from keras_vit.layers.pooling import POOLING_MODES
-from keras_vit.pos_embed import METHODS as INTERPOLATIONS
+from keras_vit import variants
 
-CLASSIFIERS = ("token", "gap")
+CLASSIFIERS = variants.choices("classifier")
+POOLING_MODES = variants.choices("pooling")
+INTERPOLATIONS = variants.choices("pos_embed_interpolation")
 
 
 def check_rate(name: str, value) -> None:

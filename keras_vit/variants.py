@@ -186,31 +186,102 @@ VARIANTS: dict[str, Variant] = {
 }
 
 
-OWN_OPTIONS = dict(
-    pos_embedding="learned",
-    tokenizer="patches",
-    locality_attention=False,
-)
-"""keras_vit's own architecture options, which no published checkpoint uses: a keras_vit file carries the values its
-model was built with (`keras_vit.checkpoints.architecture` reads them from there), every other checkpoint has these.
-A new option of `keras_vit.ViT` that published checkpoints lack is declared here, once."""
+TENSORS = "tensors"
+"""Decided by a checkpoint's tensors (their shapes, or a key's presence): left at None it is the checkpoint's; a
+value the caller passes must agree, except `classes` (a new head) and `image_size` (a resampled position table)."""
+NUMERICS = "numerics"
+"""Carried by every checkpoint without a shape: its source's (the official code's tanh GELU and epsilon 1e-6, timm's
+and Hugging Face's exact GELU), a keras_vit file's own values; a keras_vit file's may not be contradicted."""
+OWN = "own"
+"""keras_vit's own architecture options, which no published checkpoint uses: a keras_vit file's values, the default
+for every other checkpoint; a contradicting value is refused."""
+SAVED = "saved"
+"""How a keras_vit model was built beyond its tensors (head activation, input scaling, dropout): a keras_vit file
+keeps them and `ViT(weights=<that file>)` rebuilds them; a value the caller passes wins; published checkpoints
+carry none, so the signature's default applies."""
+CALLER = "caller"
+"""The caller's alone: what to load and how (the file, the input, the resampling, the initialisation)."""
 
-DEFAULTS = dict(
-    image_size=224,
-    patch_size=16,
-    hidden_size=768,
-    num_layers=12,
-    num_heads=12,
-    mlp_dim=3072,
-    classes=1000,
-    classifier="token",
-    gelu_approximate=True,
-    layer_norm_epsilon=1e-6,
-    qkv_bias=True,
-    **OWN_OPTIONS,
+ROLES = (TENSORS, NUMERICS, OWN, SAVED, CALLER)
+
+
+@dataclasses.dataclass(frozen=True)
+class Argument:
+    """The declaration of one argument of `keras_vit.ViT`.
+
+    Args:
+        role: one of `ROLES`: where its value comes from when a checkpoint is loaded.
+        default: what None becomes for a `TENSORS`, `NUMERICS` or `OWN` argument when no checkpoint sets it
+            (`DEFAULTS`); the other roles' defaults are `ViT`'s signature.
+        choices: the values it takes, where they are a closed set.
+    """
+
+    role: str
+    default: object = None
+    choices: tuple | None = None
+
+
+ARGUMENTS = dict(
+    image_size=Argument(TENSORS, 224),
+    patch_size=Argument(TENSORS, 16),
+    hidden_size=Argument(TENSORS, 768),
+    num_layers=Argument(TENSORS, 12),
+    num_heads=Argument(TENSORS, 12),
+    mlp_dim=Argument(TENSORS, 3072),
+    classes=Argument(TENSORS, 1000),
+    classifier=Argument(TENSORS, "token", choices=("token", "gap")),
+    representation_size=Argument(TENSORS),
+    hybrid=Argument(TENSORS),
+    qkv_bias=Argument(TENSORS, True),
+    gelu_approximate=Argument(NUMERICS, True),
+    layer_norm_epsilon=Argument(NUMERICS, 1e-6),
+    pos_embedding=Argument(OWN, "learned", choices=("learned", "sincos2d")),
+    tokenizer=Argument(OWN, "patches", choices=("patches", "conv", "shifted_patches")),
+    locality_attention=Argument(OWN, False),
+    include_top=Argument(SAVED),
+    pooling=Argument(SAVED, choices=("token", "avg", "max")),
+    classifier_activation=Argument(SAVED),
+    dropout_rate=Argument(SAVED),
+    attention_dropout_rate=Argument(SAVED),
+    drop_path_rate=Argument(SAVED),
+    include_preprocessing=Argument(SAVED),
+    rematerialize=Argument(SAVED),
+    name=Argument(SAVED),
+    weights=Argument(CALLER),
+    input_tensor=Argument(CALLER),
+    input_shape=Argument(CALLER),
+    pos_embed_interpolation=Argument(CALLER, choices=("bilinear", "bicubic")),
+    initialization=Argument(CALLER, choices=("official", "scratch")),
 )
-"""The one table of `keras_vit.ViT`'s architecture defaults (ViT-B/16 at 224 as the official code): what an
-argument left at None becomes when no checkpoint sets it."""
+"""Every argument of `keras_vit.ViT` and its role, declared once (a test checks that `ViT`'s signature and this
+table name the same arguments). `DEFAULTS`, `OWN_OPTIONS`, `CARRIED_NUMERICS`, `SAVED_ARGUMENTS` and the
+choices (`choices("tokenizer")`) are read from here. A new argument is one row."""
+
+
+def with_role(role: str) -> tuple[str, ...]:
+    """The arguments of `role`, in table order."""
+    return tuple(name for name, argument in ARGUMENTS.items() if argument.role == role)
+
+
+def choices(name: str) -> tuple:
+    """The values argument `name` takes (its closed set in `ARGUMENTS`)."""
+    return ARGUMENTS[name].choices
+
+
+OWN_OPTIONS = {name: ARGUMENTS[name].default for name in with_role(OWN)}
+"""keras_vit's own architecture options and their defaults: a keras_vit file carries the values its model was
+built with (`keras_vit.checkpoints.architecture` reads them from there), every other checkpoint has these."""
+
+CARRIED_NUMERICS = with_role(NUMERICS)
+"""The arguments that change a model's numerics without changing a shape: every checkpoint carries them."""
+
+SAVED_ARGUMENTS = with_role(SAVED)
+"""What `ViT(weights=<keras_vit file>)` takes from the file unless the caller passes it."""
+
+DEFAULTS = {name: argument.default for name, argument in ARGUMENTS.items()
+            if argument.role in (TENSORS, NUMERICS, OWN) and argument.default is not None}
+"""`keras_vit.ViT`'s architecture defaults (ViT-B/16 at 224 as the official code): what an argument left at None
+becomes when no checkpoint sets it."""
 
 
 def with_defaults(arguments: dict) -> dict:

@@ -9,6 +9,7 @@ data path (the layer names are those of `keras_vit.model_parts`).
 (`keras_vit.loading`).
 """
 
+import functools
 import inspect
 import types
 
@@ -22,7 +23,7 @@ from keras_vit.layers.patch_encoder import check_position_embedding
 from keras_vit.layers.resnet import ResNetStem
 from keras_vit.layers.tokenizers import ConvStem, ShiftedPatches, check_shifted_patch_size, conv_stem_widths
 
-TOKENIZERS = ("patches", "conv", "shifted_patches")
+TOKENIZERS = variants.choices("tokenizer")
 
 
 def head_dtype():
@@ -31,6 +32,28 @@ def head_dtype():
     return "float32" if policy.compute_dtype in ("float16", "bfloat16") else policy
 
 
+def records_given(function):
+    """Gives `function` the names of the arguments its caller passed, as `_given` (a frozenset): `ViT(weights=
+    <keras_vit file>)` takes from the file what the caller left out (`keras_vit.variants.SAVED_ARGUMENTS`), which a
+    default value alone cannot tell. A caller that forwards arguments (a named constructor) passes `_given` itself.
+    The signature shown (`help`, `inspect.signature`) is the function's without `_given`."""
+    signature = inspect.signature(function)
+    public = signature.replace(parameters=[p for p in signature.parameters.values() if p.name != "_given"])
+
+    var_keyword = [p.name for p in public.parameters.values() if p.kind is inspect.Parameter.VAR_KEYWORD]
+
+    @functools.wraps(function)
+    def call(*args, _given=None, **kwargs):
+        if _given is None:
+            bound = public.bind(*args, **kwargs).arguments
+            _given = {*bound, *(bound.pop(var_keyword[0], {}) if var_keyword else {})} - set(var_keyword)
+        return function(*args, _given=frozenset(_given), **kwargs)
+
+    call.__signature__ = public
+    return call
+
+
+@records_given
 def ViT(
     image_size=None,
     patch_size=None,
@@ -62,11 +85,16 @@ def ViT(
     pos_embedding=None,
     tokenizer=None,
     locality_attention=None,
+    _given=frozenset(),
 ):
     """Builds a Vision Transformer (Dosovitskiy et al., ICLR 2021, arXiv 2010.11929, section 3.1).
 
     Arguments left at None take their value from the checkpoint when `weights` names one (a published
     name or a checkpoint file), else the ViT-B/16 default shown in brackets (`keras_vit.variants.DEFAULTS`).
+    With one's own keras_vit file (a `.keras`, `.weights.h5` or training run), every argument not passed is the
+    file's: `ViT(weights="run/model.keras")` is the saved model exactly (head activation, input scaling, dropout,
+    `include_top`, pooling, name); what the caller passes wins where it applies (`classes=10`: a new head, said in
+    one line). Each argument's role is declared once, in `keras_vit.variants.ARGUMENTS`.
 
     Args:
         image_size: int or (height, width); used when `input_shape` and `input_tensor` are None
@@ -148,6 +176,7 @@ def ViT(
         (None, 10)
     """
     arguments = dict(locals())
+    given = arguments.pop("_given")
     weights = weights_files.none_if_none(arguments.pop("weights"))
     if weights is None:
         return build(arguments)
@@ -169,12 +198,24 @@ def ViT(
             loading.load_weights(_vision_transformer(model), weights)
             return model
         checkpoint, entry = own.to_checkpoint(source, weights), None
+        arguments.update(saved_arguments(source, given))
     else:
         checkpoint, entry = loading.open_checkpoint(weights, variants.find_variant(arguments), num_heads)
     model = build(architecture.resolve_arguments(arguments, checkpoint, entry, label=weights))
     loading.load_checkpoint(_vision_transformer(model), checkpoint, interpolation=pos_embed_interpolation or "bilinear",
                             label=weights)
     return model
+
+
+def saved_arguments(source, given) -> dict:
+    """The `keras_vit.variants.SAVED_ARGUMENTS` of the keras_vit model `source` that the caller did not pass
+    (`given`): what makes `ViT(weights=<its file>)` the saved model. A caller who asks for a head (`classes`,
+    `classifier_activation`) on a file saved without one gets it (`include_top=True`)."""
+    saved = {**source.arguments, "name": source.name}
+    taken = {key: saved[key] for key in variants.SAVED_ARGUMENTS if key not in given}
+    if "include_top" in taken and {"classes", "classifier_activation"} & given:
+        taken["include_top"] = True
+    return taken
 
 
 def _vision_transformer(model) -> "VisionTransformer":

@@ -311,12 +311,8 @@ def _resolve_head(args: dict, arch: CheckpointArchitecture, label) -> None:
         args["representation_size"] = None if new_head else arch.representation_size
 
 
-CARRIED_NUMERICS = ("gelu_approximate", "layer_norm_epsilon")
-"""The arguments that change a model's numerics without changing a shape: a keras_vit file carries them."""
-
-
 def check_carried(args: dict, checkpoint: Checkpoint, label=None) -> None:
-    """Refuses arguments that contradict the numerics a keras_vit file carries (`CARRIED_NUMERICS`); other
+    """Refuses arguments that contradict the numerics a keras_vit file carries (`variants.CARRIED_NUMERICS`); other
     sources carry none.
 
     Raises:
@@ -324,7 +320,7 @@ def check_carried(args: dict, checkpoint: Checkpoint, label=None) -> None:
     """
     if checkpoint.arguments is None:
         return
-    conflicts = [f"{key}={args[key]!r} (file: {checkpoint.arguments[key]!r})" for key in CARRIED_NUMERICS
+    conflicts = [f"{key}={args[key]!r} (file: {checkpoint.arguments[key]!r})" for key in variants.CARRIED_NUMERICS
                  if args.get(key) is not None and args[key] != checkpoint.arguments[key]]
     if conflicts:
         raise ValueError(

@@ -21,6 +21,7 @@ Example:
 
 import contextlib
 import json
+import logging
 import os
 import re
 import zipfile
@@ -31,6 +32,11 @@ from keras_vit import model_config, model_parts
 from keras_vit.checkpoints import keras_names
 from keras_vit.checkpoints.canonical import Checkpoint, check_finite
 from keras_vit.weights_files import check_keras_archive, is_keras_weights, is_path
+
+log = logging.getLogger("keras_vit")
+
+OPTIMIZER_GROUP = "optimizer/"
+"""Where Keras' `save_weights` of a compiled model puts the optimizer's state: not part of the model."""
 
 RUN_MODEL = "model.keras"
 """The model file a finished run of the training app leaves in its workdir."""
@@ -103,15 +109,21 @@ def open_model(weights):
     if config is None or str(config.get("registered_name", "")).split(">")[0] != "keras_vit":
         return None
     if path.lower().endswith(".keras"):
-        return load_keras_model(path)
+        return load_keras_model(path, compile=False)
+    config = {key: value for key, value in config.items() if key != "compile_config"}  # the model, no optimizer
     with _registered_classes(path):
         model = keras.saving.deserialize_keras_object(config)
     load_same_architecture(model, path)
     return model
 
 
-def load_keras_model(path: str):
+def load_keras_model(path: str, compile: bool = True):
     """A `.keras` file loaded in safe mode, with one clear error for what Keras cannot find or read.
+
+    Args:
+        path: the `.keras` file.
+        compile: restore its training configuration and optimizer state too; False loads the model alone (a
+            damaged optimizer part is then never read).
 
     Raises:
         ValueError: a missing or corrupt file, or a class no imported module registered with Keras.
@@ -122,7 +134,7 @@ def load_keras_model(path: str):
         raise ValueError(f"The model file does not exist. Received: {path!r}")
     check_keras_archive(path)
     with _registered_classes(path):
-        return keras.saving.load_model(path, safe_mode=True)
+        return keras.saving.load_model(path, safe_mode=True, compile=compile)
 
 
 @contextlib.contextmanager
@@ -187,6 +199,11 @@ def _check_keras_weights_count(model, path: str) -> None:
         datasets = _h5_datasets(path)
     except (OSError, zipfile.BadZipFile) as error:
         raise ValueError(f"The weights file is truncated or corrupt. Received: weights={path!r} ({error})") from error
+    optimizer = [name for name in datasets if name.startswith(OPTIMIZER_GROUP)]
+    datasets = [name for name in datasets if not name.startswith(OPTIMIZER_GROUP)]
+    if optimizer:
+        log.warning("Ignored the optimizer state in %s (%d tensors): the model's weights are loaded, a new "
+                    "`compile` starts a new optimizer.", path, len(optimizer))
     if len(datasets) != len(model.weights):
         raise ValueError(
             f"The weights file {path!r} does not match the architecture of model {model.name!r}: it holds "

@@ -6,7 +6,9 @@ import keras
 import numpy as np
 from keras import ops
 
-POSITION_EMBEDDINGS = ("learned", "sincos2d")
+from keras_vit import variants
+
+POSITION_EMBEDDINGS = variants.choices("pos_embedding")
 """`keras_vit.ViT(pos_embedding=...)`: the paper's learned 1-D table, or big_vision's fixed 2-D sin-cos one."""
 
 

@@ -3,7 +3,9 @@
 import keras
 from keras import ops
 
-POOLING_MODES = ("token", "avg", "max")
+from keras_vit import variants
+
+POOLING_MODES = variants.choices("pooling")
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
