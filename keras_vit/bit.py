@@ -65,6 +65,7 @@ class BiTResNet(model_config.ConfigModel):
     def __init__(self, block_units=BIT_STAGE_UNITS["r50"], width=64, groups=32, include_top=True, input_tensor=None,
                  input_shape=None, image_size=224, pooling=None, classes=1000, classifier_activation="softmax",
                  include_preprocessing=False, name=None, dtype=None, trainable=True):
+        model_config.require_channels_last()
         units = tuple(block_units) if isinstance(block_units, (list, tuple)) else None
         if not units or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in units):
             raise ValueError(

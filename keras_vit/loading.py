@@ -58,12 +58,42 @@ class LoadReport:
         skipped: file keys deliberately not used (e.g. the head with `include_top=False`).
         reinitialised: model keys not taken from the file on purpose (a new head for other classes).
         resampled: ((old_h, old_w), (new_h, new_w), method) when the position embedding was resampled.
+        adapted_channels: (file channels, model channels) when the kernel that sees the image was adapted.
     """
 
     loaded: list
     skipped: list
     reinitialised: list
     resampled: tuple | None = None
+    adapted_channels: tuple | None = None
+
+
+IMAGE_KERNELS = ("embedding/kernel", "conv_root/kernel")
+"""The kernels that see the image: the patch embedding of a plain ViT, the root convolution of a hybrid."""
+
+
+def adapt_input_channels(kernel, channels: int):
+    """A (H, W, C, D) kernel trained on C colour channels, for images with `channels`, as timm's `in_chans`:
+    summed over the colour channels for one channel; else the colour channels repeated and scaled by
+    C / channels, so that the response to a grey image is kept.
+
+    Raises:
+        ValueError: a kernel of other than 3 channels to more than one.
+
+    Example:
+        >>> import numpy as np
+        >>> adapt_input_channels(np.ones((2, 2, 3, 4)), 1)[..., 0, 0].tolist()
+        [[3.0, 3.0], [3.0, 3.0]]
+    """
+    kernel = np.asarray(kernel)
+    if channels == 1:
+        return kernel.sum(axis=2, keepdims=True)
+    source = kernel.shape[2]
+    if source != 3:
+        raise ValueError(f"A kernel for {source} input channels adapts only to 1 channel (summed). Received: "
+                         f"channels={channels}")
+    repeats = -(-channels // source)
+    return np.concatenate([kernel] * repeats, axis=2)[:, :, :channels] * (source / channels)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -94,6 +124,13 @@ def _fit_array(key, array, variable, model, arch, interpolation, report):
     target = tuple(variable.shape)
     if tuple(array.shape) == target:
         return array
+    if key in IMAGE_KERNELS and array.ndim == 4 and array.shape[-1] == target[-1] and arch.options["tokenizer"] == \
+            "patches":
+        side = array.shape[0] * array.shape[1]
+        channels = target[2] if len(target) == 4 else target[0] // side if target[0] % side == 0 else None
+        if channels and channels != array.shape[2]:
+            report.adapted_channels = (int(array.shape[2]), int(channels))
+            return adapt_input_channels(array, channels).reshape(target)
     if key in keras_names.RESHAPED_KEYS and array.size == int(np.prod(target)) and array.shape[-1] == target[-1]:
         return array.reshape(target)
     if key == keras_names.POSITION_EMBEDDING and array.ndim == 3 and array.shape[-1] == target[-1]:
@@ -212,6 +249,9 @@ def _report(model, checkpoint, report: LoadReport, label) -> None:
         old, new, method = report.resampled
         log.warning("Resampled the position embedding from a %dx%d to a %dx%d patch grid (%s, class token kept).",
                     *old, *new, method)
+    if report.adapted_channels:
+        log.warning("Adapted the kernel that sees the image from %d to %d input channels (summed over the colour "
+                    "channels for one, as timm's in_chans).", *report.adapted_channels)
     biases = [k for k in report.skipped if k.endswith(architecture.QKV_BIAS_KEYS)]
     skipped = [k for k in report.skipped if k not in biases]
     if biases:

@@ -36,6 +36,20 @@ def dtype_policy(dtype):
         keras.config.set_dtype_policy(previous)
 
 
+def require_channels_last() -> None:
+    """keras_vit's models are channels-last (the checkpoints' layout); refuse a global channels-first setting.
+
+    Raises:
+        ValueError: naming the setting and the way out.
+    """
+    if keras.config.image_data_format() != "channels_last":
+        raise ValueError(
+            "keras_vit's models take channels-last images (B, H, W, C), as every ViT checkpoint. Received: "
+            f"keras.config.image_data_format()={keras.config.image_data_format()!r}. Call "
+            "keras.config.set_image_data_format('channels_last') before building, and transpose (B, C, H, W) "
+            "batches with np.transpose(images, (0, 2, 3, 1)).")
+
+
 def plain(value):
     """A config value read back from JSON as the constructor takes it (lists were tuples)."""
     if isinstance(value, list):

@@ -293,6 +293,7 @@ class VisionTransformer(model_config.ConfigModel):
     """
 
     def __init__(self, input_tensor=None, name=None, dtype=None, trainable=True, **arguments):
+        model_config.require_channels_last()
         unknown = sorted(set(arguments) - set(ARGUMENTS))
         if unknown:
             raise TypeError(f"`VisionTransformer` takes the arguments of `ViT` without `weights`. Received: "

@@ -354,8 +354,10 @@ def _resolve_input(args: dict, arch: CheckpointArchitecture, entry, label) -> No
         height, width = (size, size) if isinstance(size, int) else tuple(size)
         args["input_shape"] = (height, width, arch.channels)
         return
-    if len(shape) == 3 and shape[-1] is not None and shape[-1] != arch.channels:
+    if len(shape) == 3 and shape[-1] is not None and shape[-1] != arch.channels and (
+            arch.options["tokenizer"] != "patches" or (arch.channels != 3 and shape[-1] != 1)):
         raise ValueError(
-            f"The checkpoint expects images with {arch.channels} channels (its patch embedding kernel is "
-            f"(P, P, {arch.channels}, D)). Received: input_shape={tuple(shape)}, weights={label!r}"
+            f"The checkpoint expects images with {arch.channels} channels and its kernel cannot be adapted to "
+            f"{shape[-1]} (only a 3-channel patch or root kernel adapts to any count, and any to 1). Received: "
+            f"input_shape={tuple(shape)}, weights={label!r}"
         )

@@ -36,8 +36,18 @@ class Patches(keras.layers.Layer):
             )
         return (None if height is None else height // p, None if width is None else width // p)
 
+    def build(self, input_shape):
+        self._channels = input_shape[-1]  # what the projection after it was built for
+
     def call(self, images):
         height, width, channels = images.shape[1], images.shape[2], images.shape[3]
+        expected = getattr(self, "_channels", None)
+        if expected is not None and channels is not None and channels != expected:
+            raise ValueError(
+                f"The model takes images with {expected} channels; received a batch of shape {tuple(images.shape)} "
+                f"with {channels} (channels last). Give it {expected}-channel images (grayscale to RGB: "
+                f"np.repeat(images, 3, axis=-1)), or build the model with input_shape=(H, W, {channels}) (a "
+                "checkpoint's patch kernel is then adapted, summed over its colour channels for one).")
         grid_h, grid_w = self._grid(height, width)
         p = self.patch_size
         if grid_h is None or grid_w is None:
