@@ -20,7 +20,7 @@ Example:
 import os
 import zipfile
 
-from keras_vit.checkpoints import huggingface, safetensors_file, timm
+from keras_vit.checkpoints import huggingface, safetensors_file, timm, untrusted
 
 FORMATS = ("official_npz", "timm", "huggingface", "keras_weights", "keras_model")
 
@@ -45,8 +45,9 @@ def detect_format(path) -> str:
     if os.path.isdir(path):
         huggingface.resolve_files(path)  # raises if the folder lacks the weights or config.json
         return "huggingface"
-    if not os.path.isfile(path):
+    if not os.path.lexists(path):
         raise ValueError(f"The checkpoint path does not exist. Received: path={path!r}")
+    untrusted.check_regular_file(path)  # a FIFO, a device or a dangling link: named, never opened
     if path.lower().endswith(_PICKLE_SUFFIXES):
         raise ValueError(
             "Pickle-based PyTorch files are not read (unpickling runs arbitrary code); use the model's "

@@ -20,7 +20,6 @@ Example:
 """
 
 import contextlib
-import json
 import logging
 import os
 import re
@@ -29,14 +28,11 @@ import zipfile
 import numpy as np
 
 from keras_vit import model_config, model_parts
-from keras_vit.checkpoints import keras_names
+from keras_vit.checkpoints import keras_names, untrusted
 from keras_vit.checkpoints.canonical import Checkpoint, check_finite
 from keras_vit.weights_files import check_keras_archive, is_keras_weights, is_path
 
 log = logging.getLogger("keras_vit")
-
-OPTIMIZER_GROUP = "optimizer/"
-"""Where Keras' `save_weights` of a compiled model puts the optimizer's state: not part of the model."""
 
 RUN_MODEL = "model.keras"
 """The model file a finished run of the training app leaves in its workdir."""
@@ -49,7 +45,7 @@ def is_run(weights) -> bool:
         return False
     folder = os.fspath(weights)
     return os.path.isfile(os.path.join(folder, "config.json")) and (
-        os.path.isfile(os.path.join(folder, RUN_MODEL)) or os.path.isdir(os.path.join(folder, "checkpoints")))
+        os.path.lexists(os.path.join(folder, RUN_MODEL)) or os.path.isdir(os.path.join(folder, "checkpoints")))
 
 
 def is_own(weights) -> bool:
@@ -66,30 +62,59 @@ def model_file(weights) -> str:
     path = os.fspath(weights)
     if is_run(path):
         model = os.path.join(path, RUN_MODEL)
-        if not os.path.isfile(model):
+        if not os.path.lexists(model):
             raise ValueError(
                 f"The training run {path!r} has not finished: it holds no {RUN_MODEL} yet (only checkpoints). "
                 f"Resume it with the same command to finish it, then pass its folder. Received: weights={path!r}")
-        return model
-    if not os.path.exists(path):
+        return untrusted.check_regular_file(model)
+    if not os.path.lexists(path):
         raise ValueError(f"The weights file does not exist. Received: weights={path!r}")
-    return path
+    return untrusted.check_regular_file(path)
 
 
-def _carried_config(path: str) -> dict | None:
-    """The serialized model a `.keras` (config.json) or `.weights.h5` (attribute) file carries, or None."""
-    if path.lower().endswith(".keras"):
-        check_keras_archive(path)
-        with zipfile.ZipFile(path) as archive:
-            return json.loads(archive.read("config.json")) if "config.json" in archive.namelist() else None
+@contextlib.contextmanager
+def _h5_file(path: str):
+    """The HDF5 file of a `.weights.h5`, or the `model.weights.h5` inside a `.keras` archive, open for reading.
+
+    Raises:
+        ValueError: a truncated or corrupt file.
+    """
     import h5py
 
     try:
-        with h5py.File(path, "r") as file:
-            text = file.attrs.get(model_config.MODEL_ATTRIBUTE)
-    except OSError as error:
+        with contextlib.ExitStack() as stack:
+            if path.lower().endswith(".keras"):
+                archive = stack.enter_context(zipfile.ZipFile(path))
+                stream = stack.enter_context(archive.open("model.weights.h5"))
+                file = stack.enter_context(h5py.File(stream, "r"))
+            else:
+                file = stack.enter_context(h5py.File(path, "r"))
+            yield file
+    except (OSError, zipfile.BadZipFile, KeyError) as error:
         raise ValueError(f"The weights file is truncated or corrupt. Received: weights={path!r} ({error})") from None
-    return None if text is None else json.loads(text)
+
+
+def _carried_config(path: str) -> dict | None:
+    """The serialized model a `.keras` (config.json) or `.weights.h5` (attribute) file carries, or None; its
+    declared sizes checked (`keras_vit.checkpoints.untrusted`) before anything is built from it."""
+    if path.lower().endswith(".keras"):
+        check_keras_archive(path)
+        with zipfile.ZipFile(path) as archive:
+            untrusted.check_archive(archive, path)
+            if "config.json" not in archive.namelist():
+                return None
+            config = untrusted.read_json(archive.read("config.json"), path)
+    else:
+        with _h5_file(path) as file:
+            if model_config.MODEL_ATTRIBUTE not in file.attrs:
+                return None
+            size = file.attrs.get_id(model_config.MODEL_ATTRIBUTE).get_storage_size()
+            if size > untrusted.MAX_JSON_BYTES:
+                raise ValueError(f"The weights file {path!r} declares a model config of {size:,} bytes (limit "
+                                 f"{untrusted.MAX_JSON_BYTES:,}): it is damaged or crafted.")
+            config = untrusted.read_json(file.attrs[model_config.MODEL_ATTRIBUTE], path)
+    untrusted.check_model_config(config, path)
+    return config
 
 
 def open_model(weights):
@@ -132,7 +157,12 @@ def load_keras_model(path: str, compile: bool = True):
 
     if not os.path.exists(path):
         raise ValueError(f"The model file does not exist. Received: {path!r}")
-    check_keras_archive(path)
+    config = _carried_config(path)
+    bound = None
+    if config is not None and str(config.get("registered_name", "")) == "keras_vit>VisionTransformer":
+        bound = untrusted.estimated_parameters(config["config"], path)
+    with _h5_file(path) as file:
+        untrusted.check_datasets(file, path, max_elements=bound)
     with _registered_classes(path):
         return keras.saving.load_model(path, safe_mode=True, compile=compile)
 
@@ -177,40 +207,24 @@ def to_checkpoint(model, label) -> Checkpoint:
 # The strict Keras load of a file into the architecture it was saved from
 
 
-def _h5_datasets(path: str) -> list[str]:
-    """The dataset names of a `.weights.h5` file, or of the `model.weights.h5` inside a `.keras` archive."""
-    import h5py
-
-    datasets = []
-    visit = lambda name, item: datasets.append(name) if isinstance(item, h5py.Dataset) else None  # noqa: E731
-    if path.lower().endswith(".keras"):
-        with zipfile.ZipFile(path) as archive, archive.open("model.weights.h5") as stream:
-            with h5py.File(stream, "r") as file:
-                file.visititems(visit)
-    else:
-        with h5py.File(path, "r") as file:
-            file.visititems(visit)
-    return datasets
-
-
-def _check_keras_weights_count(model, path: str) -> None:
-    """`model.load_weights` ignores file tensors the model lacks; refuse a file with more or fewer tensors."""
-    try:
-        datasets = _h5_datasets(path)
-    except (OSError, zipfile.BadZipFile) as error:
-        raise ValueError(f"The weights file is truncated or corrupt. Received: weights={path!r} ({error})") from error
-    optimizer = [name for name in datasets if name.startswith(OPTIMIZER_GROUP)]
-    datasets = [name for name in datasets if not name.startswith(OPTIMIZER_GROUP)]
-    if optimizer:
-        log.warning("Ignored the optimizer state in %s (%d tensors): the model's weights are loaded, a new "
-                    "`compile` starts a new optimizer.", path, len(optimizer))
-    if len(datasets) != len(model.weights):
-        raise ValueError(
-            f"The weights file {path!r} does not match the architecture of model {model.name!r}: it holds "
-            f"{len(datasets)} tensors, the model has {len(model.weights)} weights (another depth, head, "
-            "include_top, or classifier: a 'gap' model has no [class] token, one tensor fewer than 'token'). "
-            "Rebuild the model with the architecture the file was saved from."
-        )
+def _check_declared_weights(model, path: str) -> None:
+    """`model.load_weights` ignores file tensors the model lacks and reads what the file declares: refuse a file
+    whose tensors (by their HDF5 metadata, nothing read) are not the model's weights, in count and shape."""
+    with _h5_file(path) as file:
+        datasets = untrusted.declared_datasets(file)
+        optimizer = []
+        file.visit(lambda name: optimizer.append(name) if name.startswith(untrusted.OPTIMIZER_GROUP) else None)
+        if optimizer:
+            log.warning("Ignored the optimizer state in %s: the model's weights are loaded, a new `compile` starts a "
+                        "new optimizer.", path)
+        if len(datasets) != len(model.weights):
+            raise ValueError(
+                f"The weights file {path!r} does not match the architecture of model {model.name!r}: it holds "
+                f"{len(datasets)} tensors, the model has {len(model.weights)} weights (another depth, head, "
+                "include_top, or classifier: a 'gap' model has no [class] token, one tensor fewer than 'token'). "
+                "Rebuild the model with the architecture the file was saved from."
+            )
+        untrusted.check_datasets(file, path, expected=[tuple(weight.shape) for weight in model.weights])
 
 
 def _restore(model, values) -> None:
@@ -231,7 +245,7 @@ def load_same_architecture(model, path: str) -> None:
         check_keras_archive(path)
     elif not path.endswith(".weights.h5"):
         raise ValueError(f"Keras weights files must end in `.weights.h5` or `.keras`. Received: weights={path!r}")
-    _check_keras_weights_count(model, path)
+    _check_declared_weights(model, path)
     # `variable.numpy()`, not `np.array(variable)`: Keras variables' `__array__` takes no `copy` argument, for
     # which numpy 2 emits a DeprecationWarning per variable; the copy keeps the snapshot independent.
     before = [np.array(v.numpy(), copy=True) for v in model.weights]
