@@ -59,6 +59,7 @@ shows only errors unless `--verbose`.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import textwrap
 import traceback
@@ -74,8 +75,9 @@ from keras_vit.console import progress, quiet_start, running  # likewise
 
 __all__ = [  # what a tool uses, as cli.<name>
     "UsageError", "add_check", "build_model", "default_text", "define_classes", "define_image_size",
-    "define_model", "define_out", "define_pooling", "define_verbose", "define_weights", "execute", "help_text",
-    "keras_file_of", "main", "model_from_flags", "parse", "print_error", "progress", "quiet_start", "require", "run",
+    "define_model", "define_out", "define_pooling", "define_verbose", "define_weights", "execute", "flag_spelling",
+    "help_text", "keras_file_of", "main", "model_from_flags", "name_arguments", "parse", "print_error", "progress",
+    "quiet_start", "require", "run",
 ]
 
 flags.disclaim_key_flags()  # the flags the helpers define belong to the tool that calls them
@@ -87,6 +89,7 @@ USAGE_EXIT = 2
 FAILURE_EXIT = 1
 
 _CHECKS: dict = {}  # FlagValues -> the callables of `add_check`
+_ARGUMENTS: dict = {}  # FlagValues -> {library argument name: the flag that sets it}, of `name_arguments`
 
 
 class UsageError(app.UsageError):
@@ -127,6 +130,68 @@ def add_check(flag_values, check):
     flag, or of a few named ones, is simpler as an absl validator (`flags.register_validator`,
     `flags.register_multi_flags_validator`)."""
     _CHECKS.setdefault(flag_values, []).append(check)
+
+
+def name_arguments(flag_values, **flag_of):
+    """Says which flag sets a library argument of another name, for the tool's error lines (`flag_spelling`):
+    `cli.name_arguments(FLAGS, destination="out")` turns `Received: destination='x'` into `Received: --out='x'`.
+    A library argument named as a flag (`weights`, `overwrite`, ...) needs nothing."""
+    _ARGUMENTS.setdefault(flag_values, {}).update(flag_of)
+
+
+# --- the library's words in the tools' words ---------------------------------------------------------------
+
+_VALUE = r"""None|True|False|'[^']*'|"[^"]*"|[^\s,;:()`'"]+"""
+NONE_VALUES = {"weights": "none"}
+"""Flags whose Python `None` the command line spells as a value (`weights=None` is `--weights=none`)."""
+
+
+def flag_spelling(text: str, flag_values=FLAGS) -> str:
+    """A library message in the words of the tool whose flags are `flag_values`: each keyword argument that a
+    flag of the tool sets (named as the flag, or named by `name_arguments`) is spelled as that flag.
+
+    `weights=None` and `--weights=None` -> `--weights=none`; `overwrite=True` -> `--overwrite` (`False` ->
+    `--nooverwrite`); `version=3` -> `--version=3`; `` `weights` `` and `` `weights=` `` -> `--weights`;
+    `--overwrite (`--overwrite`)`, a library message naming both spellings, -> `--overwrite`. Names that are no
+    flag of the tool (`path=...`) and absl's own flags are left as they are. The one place where the tools
+    translate: `execute` prints every failure of the work through it (the library keeps Python's spelling for
+    Python callers); usage errors found while parsing are absl's and the tools' own words, flags already.
+
+    Example:
+        >>> fv = flags.FlagValues()
+        >>> _ = flags.DEFINE_string("weights", None, "", flag_values=fv)
+        >>> _ = flags.DEFINE_bool("overwrite", False, "", flag_values=fv)
+        >>> flag_spelling("pass weights=None or overwrite=True (`--overwrite`). Received: path='a'", fv)
+        "pass --weights=none or --overwrite. Received: path='a'"
+    """
+    names = {name: name for name in _tool_flags(flag_values)}
+    names.update({argument: flag for argument, flag in _ARGUMENTS.get(flag_values, {}).items() if flag in names})
+    if not names:
+        return text
+    alternatives = "|".join(re.escape(name) for name in sorted(names, key=len, reverse=True))
+
+    def spelled(match):
+        name, value = names[match[2]], match[3]
+        if flag_values[name].boolean and value in ("True", "False"):
+            return f"--{name}" if value == "True" else f"--no{name}"
+        if value == "None" and name in NONE_VALUES:
+            value = NONE_VALUES[name]
+        return f"--{name}={value}"
+
+    text = re.sub(rf"(?<![\w.\-/])(`?)(?:--)?({alternatives})=({_VALUE})\1(?!\w)", spelled, text)
+    text = re.sub(rf"`({alternatives})=?`", lambda match: f"--{names[match[1]]}", text)
+    return re.sub(r"(--[\w-]+(?:=\S+)?) \(`?\1`?\)", r"\1", text)  # both spellings given: one
+
+
+def _tool_flags(flag_values) -> list[str]:
+    """The flags of the tool itself: not absl's own (`--v`, `--logtostderr`, ...)."""
+    names = []
+    for name in list(flag_values):
+        flag = flag_values[name]
+        module = flag_values.find_module_defining_flag(flag.name) or ""
+        if name == flag.name and not (module == "absl" or module.startswith("absl.")):
+            names.append(name)
+    return names
 
 
 # --- parsing, help and errors ------------------------------------------------------------------------------
@@ -193,9 +258,12 @@ def parse(flag_values=FLAGS, args=(), *, usage=None) -> list[str]:
     return argv
 
 
-def print_error(error) -> None:
-    """`error: <message on one line>` on stderr (the failed absl validators', a line each, joined by "; ")."""
+def print_error(error, flag_values=None) -> None:
+    """`error: <message on one line>` on stderr (the failed absl validators', a line each, joined by "; "); with
+    `flag_values`, in the words of that tool's flags (`flag_spelling`)."""
     problems = str(error).splitlines() if isinstance(error, flags.IllegalFlagValueError) else [str(error)]
+    if flag_values is not None:
+        problems = [flag_spelling(problem, flag_values) for problem in problems]
     problems = [" ".join(problem.split()) for problem in problems if problem.strip()]
     text = "; ".join(problem.rstrip(".") for problem in problems) if len(problems) > 1 else "".join(problems)
     text = text or type(error).__name__
@@ -209,16 +277,17 @@ def _verbose(flag_values) -> bool:
     return "verbose" in flag_values and bool(flag_values.verbose)
 
 
-def execute(work, argv, verbose=False, tensorflow=False) -> int:
+def execute(work, argv, verbose=False, tensorflow=False, flag_values=None) -> int:
     """Runs `work(argv)` after a quiet start (`keras_vit.console.running`); returns its exit status (0 for
-    None), 2 for a usage error, 1 for a failure, printed on one line (after the traceback with `verbose`)."""
+    None), 2 for a usage error, 1 for a failure, printed on one line (after the traceback with `verbose`), in
+    the words of the tool's flags `flag_values` (`flag_spelling`)."""
     try:
         with running(verbose, tensorflow=tensorflow):
             status = work(argv)
     except (app.UsageError, flags.Error) as error:
         if verbose:
             traceback.print_exc()
-        print_error(error)
+        print_error(error, flag_values)
         return USAGE_EXIT
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr, flush=True)
@@ -226,7 +295,7 @@ def execute(work, argv, verbose=False, tensorflow=False) -> int:
     except Exception as error:  # noqa: BLE001  every failure is one line; --verbose shows where it came from
         if verbose:
             traceback.print_exc()
-        print_error(error)
+        print_error(error, flag_values)
         return FAILURE_EXIT
     sys.stdout.flush()
     return 0 if status is None else int(status)
@@ -245,7 +314,7 @@ def main(work, flag_values=FLAGS, argv=None, *, usage=None, tensorflow=False) ->
         argv = parse(flag_values, sys.argv[1:] if argv is None else argv, usage=usage)
     except _Exit as done:
         return done.code
-    return execute(work, argv, _verbose(flag_values), tensorflow)
+    return execute(work, argv, _verbose(flag_values), tensorflow, flag_values)
 
 
 def run(work, flag_values=FLAGS, *, usage=None, tensorflow=False):
@@ -257,4 +326,5 @@ def run(work, flag_values=FLAGS, *, usage=None, tensorflow=False):
         except _Exit as done:
             sys.exit(done.code)
 
-    app.run(lambda argv: execute(work, argv, _verbose(flag_values), tensorflow), flags_parser=flags_parser)
+    app.run(lambda argv: execute(work, argv, _verbose(flag_values), tensorflow, flag_values),
+            flags_parser=flags_parser)
