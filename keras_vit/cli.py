@@ -19,7 +19,7 @@
   work itself (a `ValueError`, an `OSError`, ...) is one line `error: ...` and exit status 1; `--verbose` adds
   the traceback. So is a missing optional package: imported through `keras_vit.extras.require`, its line names
   the extra that installs it (`... needs the tf2onnx package, which is not installed: pip install
-  "keras-vit[onnx]"`).
+  "keras-vit-applications[onnx]"`).
 * A quiet start, and a line on stdout as each stage of long work starts (`progress`): `keras_vit.console`.
 
 A tool, with its own `FlagValues` (several tools can then be imported into one process, e.g. by the tests):

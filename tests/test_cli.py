@@ -224,7 +224,8 @@ def test_flag_spelling_turns_the_arguments_a_tool_sets_into_its_flags():
     cases = [
         ("or pass weights=None (random initialisation, no download) or weights=\"/path/to/file.npz\".",
          "or pass --weights=none (random initialisation, no download) or --weights=\"/path/to/file.npz\"."),
-        ("cannot build --model=vit_ti16 with --weights=None: no", "cannot build --model=vit_ti16 with --weights=none: no"),
+        ("cannot build --model=vit_ti16 with --weights=None: no",
+         "cannot build --model=vit_ti16 with --weights=none: no"),
         ("Version 1 already exists at 'b/1'; pass a new version, or overwrite=True (`--overwrite`) to replace it. "
          "Received: export_base='b', version=1",
          "Version 1 already exists at 'b/1'; pass a new version, or --overwrite to replace it. "
