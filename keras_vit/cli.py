@@ -4,7 +4,8 @@
 `training.experiments` (and `training.train`, an absl app of its own) follow it:
 
 * absl flags (`absl.flags`, run by `absl.app.run`), underscores only, every value given with its flag
-  (a positional argument is a usage error). The flags the tools share are defined by the helpers here so that
+  (a positional argument is a usage error, found first: `Positional arguments are not taken: a.jpg; give each
+  as --images=a.jpg` where the tool names the flag, `take_positional_as`). The flags the tools share are defined by the helpers here so that
   they are spelled and mean the same everywhere: `--model` (a variant name such as `vit_b16`, the BiT ResNet
   `bit_r50x1`, or a `.keras` file), `--weights` (`none` for random initialisation, a published name, or a file),
   `--image_size`, `--classes`, `--pooling` (`keras_vit.cli_model`, which also turns them into a model),
@@ -77,7 +78,7 @@ __all__ = [  # what a tool uses, as cli.<name>
     "UsageError", "add_check", "build_model", "default_text", "define_classes", "define_image_size",
     "define_model", "define_out", "define_pooling", "define_verbose", "define_weights", "execute", "flag_spelling",
     "help_text", "keras_file_of", "main", "model_from_flags", "name_arguments", "parse", "print_error", "progress",
-    "quiet_start", "require", "run",
+    "quiet_start", "require", "run", "take_positional_as",
 ]
 
 flags.disclaim_key_flags()  # the flags the helpers define belong to the tool that calls them
@@ -90,6 +91,7 @@ FAILURE_EXIT = 1
 
 _CHECKS: dict = {}  # FlagValues -> the callables of `add_check`
 _ARGUMENTS: dict = {}  # FlagValues -> {library argument name: the flag that sets it}, of `name_arguments`
+_POSITIONAL: dict = {}  # FlagValues -> the flag a positional argument is likely meant for, of `take_positional_as`
 
 
 class UsageError(app.UsageError):
@@ -130,6 +132,13 @@ def add_check(flag_values, check):
     flag, or of a few named ones, is simpler as an absl validator (`flags.register_validator`,
     `flags.register_multi_flags_validator`)."""
     _CHECKS.setdefault(flag_values, []).append(check)
+
+
+def take_positional_as(flag_values, name):
+    """Names the flag that a positional argument of the tool is likely meant for (`keras_vit.inspect`'s image
+    files: `images`), so that its usage error says how to give them: `python -m keras_vit.inspect a.jpg` ->
+    `error: Positional arguments are not taken: a.jpg; give each as --images=a.jpg`."""
+    _POSITIONAL[flag_values] = name
 
 
 def name_arguments(flag_values, **flag_of):
@@ -244,18 +253,49 @@ def parse(flag_values=FLAGS, args=(), *, usage=None) -> list[str]:
         raise _Exit(0)
     program = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "keras_vit"
     try:
+        _refuse_positional(flag_values, _positional(flag_values, args))  # before the required flags' checks
         flag_values.unparse_flags()
         argv = flag_values([program, *args])
         if flag_values is not FLAGS and not FLAGS.is_parsed():
             FLAGS.mark_as_parsed()  # absl.logging and absl.app read the global flags
-        if len(argv) > 1:
-            raise UsageError(f"Unexpected arguments (every value needs its --flag): {' '.join(argv[1:])}")
+        _refuse_positional(flag_values, argv[1:])
         for check in _CHECKS.get(flag_values, ()):
             check(flag_values, argv)
     except (flags.Error, app.UsageError) as error:
         print_error(error)
         raise _Exit(USAGE_EXIT) from None
     return argv
+
+
+def _positional(flag_values, args) -> list[str]:
+    """The positional arguments among `args` as absl would leave them: a word that is no flag and no value of
+    the non-boolean flag before it (`--model vit_b16`); everything after `--`. Stops at an unknown flag (absl
+    names it)."""
+    found, args = [], list(args)
+    while args:
+        arg = args.pop(0)
+        if arg == "--":
+            return found + args
+        if not arg.startswith("-") or arg == "-":
+            found.append(arg)
+            continue
+        name = arg.lstrip("-").split("=", 1)[0]
+        if name in flag_values:
+            if "=" not in arg and not flag_values[name].boolean and args:
+                args.pop(0)  # its value
+        elif not (name.startswith("no") and name[2:] in flag_values and flag_values[name[2:]].boolean):
+            break  # an unknown flag: absl's error
+    return found
+
+
+def _refuse_positional(flag_values, positional) -> None:
+    if not positional:
+        return
+    message = f"Positional arguments are not taken: {' '.join(positional)}; "
+    name = _POSITIONAL.get(flag_values)
+    if name is None:
+        raise UsageError(message + "give every value with its flag (--name=value)")
+    raise UsageError(message + "give each as " + " ".join(f"--{name}={arg}" for arg in positional))
 
 
 def print_error(error, flag_values=None) -> None:
