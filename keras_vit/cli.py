@@ -3,14 +3,14 @@
 `python -m keras_vit`, `keras_vit.convert`, `keras_vit.export`, `keras_vit.inspect`, `training.fewshot` and
 `training.experiments` (and `training.train`, an absl app of its own) follow it:
 
-* absl flags (`absl.flags`, run by `absl.app.run`), underscores only, every value given with its flag
-  (a positional argument is a usage error, found first: `Positional arguments are not taken: a.jpg; give each
-  as --images=a.jpg` where the tool names the flag, `take_positional_as`). The flags the tools share are defined by the helpers here so that
-  they are spelled and mean the same everywhere: `--model` (a variant name such as `vit_b16`, the BiT ResNet
-  `bit_r50x1`, or a `.keras` file), `--weights` (`none` for random initialisation, a published name, or a file),
-  `--image_size`, `--classes`, `--pooling` (`keras_vit.cli_model`, which also turns them into a model),
-  `--out` (where the tool writes) and `--verbose`. A required flag (`require`, which says "(required)" in
-  `--help`) and a value are checked by absl's validators (`flags.register_validator`,
+* absl flags (`absl.flags`, run by `absl.app.run`), underscores only, every value given with its flag (a
+  positional argument is a usage error, found first: `Positional arguments are not taken: a.jpg; give each as
+  --images=a.jpg` where the tool names the flag, `take_positional_as`). The flags the tools share are defined by
+  the helpers here so that they are spelled and mean the same everywhere: `--model` (a variant name such as
+  `vit_b16`, the BiT ResNet `bit_r50x1`, or a `.keras` file), `--weights` (`none` for random initialisation, a
+  published name, or a file), `--image_size`, `--classes`, `--pooling` (`keras_vit.cli_model`, which also turns
+  them into a model), `--out` (where the tool writes) and `--verbose`. A required flag (`require`, which says
+  "(required)" in `--help`) and a value are checked by absl's validators (`flags.register_validator`,
   `flags.register_multi_flags_validator`) when the flags are parsed.
 * `--help` (also `-h`, `--helpshort`, `--helpfull`) prints the tool's docstring and its flags with their
   defaults on stdout and exits 0, before Keras or TensorFlow is imported: the tools import them only in the
@@ -21,6 +21,11 @@
   the traceback. So is a missing optional package: imported through `keras_vit.extras.require`, its line names
   the extra that installs it (`... needs the tf2onnx package, which is not installed: pip install
   "keras-vit-applications[onnx]"`).
+* The work's errors come from the library, in Python's words (`pass weights=None`, `overwrite=True`); a tool
+  prints them in its flags' words (`pass --weights=none`, `--overwrite`): `flag_spelling`, the one place where
+  the translation lives (`name_arguments` for a library argument named unlike its flag, `destination` ->
+  `--out`). keras_vit's own log lines (the `"keras_vit"` logger) print plainly, `warning: <message>`, not
+  with absl's prefix (`keras_vit.console.plain_library_lines`).
 * A quiet start, and a line on stdout as each stage of long work starts (`progress`): `keras_vit.console`.
 
 A tool, with its own `FlagValues` (several tools can then be imported into one process, e.g. by the tests):

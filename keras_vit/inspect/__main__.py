@@ -6,9 +6,9 @@
 Writes attention_rollout.png, attention_distance.png, position_similarity.png, embedding_filters.png,
 summary.json and an index.html that shows them into `--out`. embedding_filters.png is left out, with a line
 saying so in index.html and here, where the patch embedding does not see pixels (a convolutional stem,
-tokenizer="conv", or a hybrid's ResNet stem); for shifted patches it draws the filters on the unshifted image. The images are given with `--images`, once per
-image. With a variant name `--weights` is required (`--weights=none` for random weights, whose attention maps
-mean nothing); a `.keras` model has its own.
+tokenizer="conv", or a hybrid's ResNet stem); for shifted patches it draws the filters on the unshifted image.
+The images are given with `--images`, once per image. With a variant name `--weights` is required
+(`--weights=none` for random weights, whose attention maps mean nothing); a `.keras` model has its own.
 """
 
 import os
