@@ -66,7 +66,7 @@ def test_keras_cv_missing_is_one_usage_error_naming_the_extra(tmp_path, monkeypa
     from keras_vit import cli
 
     monkeypatch.setitem(sys.modules, "keras_cv", None)  # `import keras_cv` raises ImportError
-    with pytest.raises(augment.MissingLibraryError, match=r'pip install "keras-vit\[keras-cv\]"'):
+    with pytest.raises(augment.MissingLibraryError, match=r'pip install "keras-vit-applications\[keras-cv\]"'):
         augment.make_batch_transform(10, mixup=0.2, library="keras_cv")
     try:
         status = cli.main(train.main, flags.FLAGS, ["--augment_library=keras_cv", f"--workdir={tmp_path / 'run'}"],
@@ -76,7 +76,7 @@ def test_keras_cv_missing_is_one_usage_error_naming_the_extra(tmp_path, monkeypa
     lines = capsys.readouterr().err.strip().splitlines()
     assert status == 2 and lines == [
         'error: --augment_library=keras_cv needs the keras-cv package, which is not installed: '
-        'pip install "keras-vit[keras-cv]"'
+        'pip install "keras-vit-applications[keras-cv]"'
     ]
     assert not (tmp_path / "run").exists()  # refused before anything ran
 
