@@ -38,14 +38,19 @@ def _image(model, path):
         yy, xx = np.mgrid[0:height, 0:width] / max(height, width)
         pixels = np.stack([yy, xx, 1 - yy], axis=-1) * 255.0
     else:
-        from keras_vit import extras
-
-        Image = extras.require("PIL.Image", "image", "reading --image")
+        Image = _pillow()
         with Image.open(path) as image:
             pixels = np.asarray(image.convert("RGB").resize((width, height), Image.BILINEAR), dtype=np.float64)
     from keras_vit import preprocessing
 
     return preprocessing.model_inputs(model, pixels)[None].astype("float32")
+
+
+def _pillow():
+    """PIL.Image, or `keras_vit.extras.MissingExtra` naming the `image` extra."""
+    from keras_vit import extras
+
+    return extras.require("PIL.Image", "image", "reading --image")
 
 
 def _labels(classes):
@@ -80,6 +85,8 @@ def probabilities(model, outputs):
 def run(argv):
     import keras_vit
 
+    if FLAGS.image is not None:
+        _pillow()  # a missing Pillow stops the run before the model is built
     model = cli.model_from_flags(FLAGS)
     model.summary()
     print(f"{model.name}: {model.count_params():,} parameters")

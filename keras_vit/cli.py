@@ -3,13 +3,14 @@
 `python -m keras_vit`, `keras_vit.convert`, `keras_vit.export`, `keras_vit.inspect`, `training.fewshot` and
 `training.experiments` (and `training.train`, an absl app of its own) follow it:
 
-* absl flags (`absl.flags`, run by `absl.app.run`), underscores only, every value given with its flag
-  (a positional argument is a usage error). The flags the tools share are defined by the helpers here so that
-  they are spelled and mean the same everywhere: `--model` (a variant name such as `vit_b16`, the BiT ResNet
-  `bit_r50x1`, or a `.keras` file), `--weights` (`none` for random initialisation, a published name, or a file),
-  `--image_size`, `--classes`, `--pooling` (`keras_vit.cli_model`, which also turns them into a model),
-  `--out` (where the tool writes) and `--verbose`. A required flag (`require`, which says "(required)" in
-  `--help`) and a value are checked by absl's validators (`flags.register_validator`,
+* absl flags (`absl.flags`, run by `absl.app.run`), underscores only, every value given with its flag (a
+  positional argument is a usage error, found first: `Positional arguments are not taken: a.jpg; give each as
+  --images=a.jpg` where the tool names the flag, `take_positional_as`). The flags the tools share are defined by
+  the helpers here so that they are spelled and mean the same everywhere: `--model` (a variant name such as
+  `vit_b16`, the BiT ResNet `bit_r50x1`, or a `.keras` file), `--weights` (`none` for random initialisation, a
+  published name, or a file), `--image_size`, `--classes`, `--pooling` (`keras_vit.cli_model`, which also turns
+  them into a model), `--out` (where the tool writes) and `--verbose`. A required flag (`require`, which says
+  "(required)" in `--help`) and a value are checked by absl's validators (`flags.register_validator`,
   `flags.register_multi_flags_validator`) when the flags are parsed.
 * `--help` (also `-h`, `--helpshort`, `--helpfull`) prints the tool's docstring and its flags with their
   defaults on stdout and exits 0, before Keras or TensorFlow is imported: the tools import them only in the
@@ -19,7 +20,12 @@
   work itself (a `ValueError`, an `OSError`, ...) is one line `error: ...` and exit status 1; `--verbose` adds
   the traceback. So is a missing optional package: imported through `keras_vit.extras.require`, its line names
   the extra that installs it (`... needs the tf2onnx package, which is not installed: pip install
-  "keras-vit[onnx]"`).
+  "keras-vit-applications[onnx]"`).
+* The work's errors come from the library, in Python's words (`pass weights=None`, `overwrite=True`); a tool
+  prints them in its flags' words (`pass --weights=none`, `--overwrite`): `flag_spelling`, the one place where
+  the translation lives (`name_arguments` for a library argument named unlike its flag, `destination` ->
+  `--out`). keras_vit's own log lines (the `"keras_vit"` logger) print plainly, `warning: <message>`, not
+  with absl's prefix (`keras_vit.console.plain_library_lines`).
 * A quiet start, and a line on stdout as each stage of long work starts (`progress`): `keras_vit.console`.
 
 A tool, with its own `FlagValues` (several tools can then be imported into one process, e.g. by the tests):
@@ -59,6 +65,7 @@ shows only errors unless `--verbose`.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import textwrap
 import traceback
@@ -74,8 +81,9 @@ from keras_vit.console import progress, quiet_start, running  # likewise
 
 __all__ = [  # what a tool uses, as cli.<name>
     "UsageError", "add_check", "build_model", "default_text", "define_classes", "define_image_size",
-    "define_model", "define_out", "define_pooling", "define_verbose", "define_weights", "execute", "help_text",
-    "keras_file_of", "main", "model_from_flags", "parse", "print_error", "progress", "quiet_start", "require", "run",
+    "define_model", "define_out", "define_pooling", "define_verbose", "define_weights", "execute", "flag_spelling",
+    "help_text", "keras_file_of", "main", "model_from_flags", "name_arguments", "parse", "print_error", "progress",
+    "quiet_start", "require", "run", "take_positional_as",
 ]
 
 flags.disclaim_key_flags()  # the flags the helpers define belong to the tool that calls them
@@ -87,6 +95,8 @@ USAGE_EXIT = 2
 FAILURE_EXIT = 1
 
 _CHECKS: dict = {}  # FlagValues -> the callables of `add_check`
+_ARGUMENTS: dict = {}  # FlagValues -> {library argument name: the flag that sets it}, of `name_arguments`
+_POSITIONAL: dict = {}  # FlagValues -> the flag a positional argument is likely meant for, of `take_positional_as`
 
 
 class UsageError(app.UsageError):
@@ -127,6 +137,75 @@ def add_check(flag_values, check):
     flag, or of a few named ones, is simpler as an absl validator (`flags.register_validator`,
     `flags.register_multi_flags_validator`)."""
     _CHECKS.setdefault(flag_values, []).append(check)
+
+
+def take_positional_as(flag_values, name):
+    """Names the flag that a positional argument of the tool is likely meant for (`keras_vit.inspect`'s image
+    files: `images`), so that its usage error says how to give them: `python -m keras_vit.inspect a.jpg` ->
+    `error: Positional arguments are not taken: a.jpg; give each as --images=a.jpg`."""
+    _POSITIONAL[flag_values] = name
+
+
+def name_arguments(flag_values, **flag_of):
+    """Says which flag sets a library argument of another name, for the tool's error lines (`flag_spelling`):
+    `cli.name_arguments(FLAGS, destination="out")` turns `Received: destination='x'` into `Received: --out='x'`.
+    A library argument named as a flag (`weights`, `overwrite`, ...) needs nothing."""
+    _ARGUMENTS.setdefault(flag_values, {}).update(flag_of)
+
+
+# --- the library's words in the tools' words ---------------------------------------------------------------
+
+_VALUE = r"""None|True|False|'[^']*'|"[^"]*"|[^\s,;:()`'"]+"""
+NONE_VALUES = {"weights": "none"}
+"""Flags whose Python `None` the command line spells as a value (`weights=None` is `--weights=none`)."""
+
+
+def flag_spelling(text: str, flag_values=FLAGS) -> str:
+    """A library message in the words of the tool whose flags are `flag_values`: each keyword argument that a
+    flag of the tool sets (named as the flag, or named by `name_arguments`) is spelled as that flag.
+
+    `weights=None` and `--weights=None` -> `--weights=none`; `overwrite=True` -> `--overwrite` (`False` ->
+    `--nooverwrite`); `version=3` -> `--version=3`; `` `weights` `` and `` `weights=` `` -> `--weights`;
+    `--overwrite (`--overwrite`)`, a library message naming both spellings, -> `--overwrite`. Names that are no
+    flag of the tool (`path=...`) and absl's own flags are left as they are. The one place where the tools
+    translate: `execute` prints every failure of the work through it (the library keeps Python's spelling for
+    Python callers); usage errors found while parsing are absl's and the tools' own words, flags already.
+
+    Example:
+        >>> fv = flags.FlagValues()
+        >>> _ = flags.DEFINE_string("weights", None, "", flag_values=fv)
+        >>> _ = flags.DEFINE_bool("overwrite", False, "", flag_values=fv)
+        >>> flag_spelling("pass weights=None or overwrite=True (`--overwrite`). Received: path='a'", fv)
+        "pass --weights=none or --overwrite. Received: path='a'"
+    """
+    names = {name: name for name in _tool_flags(flag_values)}
+    names.update({argument: flag for argument, flag in _ARGUMENTS.get(flag_values, {}).items() if flag in names})
+    if not names:
+        return text
+    alternatives = "|".join(re.escape(name) for name in sorted(names, key=len, reverse=True))
+
+    def spelled(match):
+        name, value = names[match[2]], match[3]
+        if flag_values[name].boolean and value in ("True", "False"):
+            return f"--{name}" if value == "True" else f"--no{name}"
+        if value == "None" and name in NONE_VALUES:
+            value = NONE_VALUES[name]
+        return f"--{name}={value}"
+
+    text = re.sub(rf"(?<![\w.\-/])(`?)(?:--)?({alternatives})=({_VALUE})\1(?!\w)", spelled, text)
+    text = re.sub(rf"`({alternatives})=?`", lambda match: f"--{names[match[1]]}", text)
+    return re.sub(r"(--[\w-]+(?:=\S+)?) \(`?\1`?\)", r"\1", text)  # both spellings given: one
+
+
+def _tool_flags(flag_values) -> list[str]:
+    """The flags of the tool itself: not absl's own (`--v`, `--logtostderr`, ...)."""
+    names = []
+    for name in list(flag_values):
+        flag = flag_values[name]
+        module = flag_values.find_module_defining_flag(flag.name) or ""
+        if name == flag.name and not (module == "absl" or module.startswith("absl.")):
+            names.append(name)
+    return names
 
 
 # --- parsing, help and errors ------------------------------------------------------------------------------
@@ -179,12 +258,12 @@ def parse(flag_values=FLAGS, args=(), *, usage=None) -> list[str]:
         raise _Exit(0)
     program = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "keras_vit"
     try:
+        _refuse_positional(flag_values, _positional(flag_values, args))  # before the required flags' checks
         flag_values.unparse_flags()
         argv = flag_values([program, *args])
         if flag_values is not FLAGS and not FLAGS.is_parsed():
             FLAGS.mark_as_parsed()  # absl.logging and absl.app read the global flags
-        if len(argv) > 1:
-            raise UsageError(f"Unexpected arguments (every value needs its --flag): {' '.join(argv[1:])}")
+        _refuse_positional(flag_values, argv[1:])
         for check in _CHECKS.get(flag_values, ()):
             check(flag_values, argv)
     except (flags.Error, app.UsageError) as error:
@@ -193,9 +272,43 @@ def parse(flag_values=FLAGS, args=(), *, usage=None) -> list[str]:
     return argv
 
 
-def print_error(error) -> None:
-    """`error: <message on one line>` on stderr (the failed absl validators', a line each, joined by "; ")."""
+def _positional(flag_values, args) -> list[str]:
+    """The positional arguments among `args` as absl would leave them: a word that is no flag and no value of
+    the non-boolean flag before it (`--model vit_b16`); everything after `--`. Stops at an unknown flag (absl
+    names it)."""
+    found, args = [], list(args)
+    while args:
+        arg = args.pop(0)
+        if arg == "--":
+            return found + args
+        if not arg.startswith("-") or arg == "-":
+            found.append(arg)
+            continue
+        name = arg.lstrip("-").split("=", 1)[0]
+        if name in flag_values:
+            if "=" not in arg and not flag_values[name].boolean and args:
+                args.pop(0)  # its value
+        elif not (name.startswith("no") and name[2:] in flag_values and flag_values[name[2:]].boolean):
+            break  # an unknown flag: absl's error
+    return found
+
+
+def _refuse_positional(flag_values, positional) -> None:
+    if not positional:
+        return
+    message = f"Positional arguments are not taken: {' '.join(positional)}; "
+    name = _POSITIONAL.get(flag_values)
+    if name is None:
+        raise UsageError(message + "give every value with its flag (--name=value)")
+    raise UsageError(message + "give each as " + " ".join(f"--{name}={arg}" for arg in positional))
+
+
+def print_error(error, flag_values=None) -> None:
+    """`error: <message on one line>` on stderr (the failed absl validators', a line each, joined by "; "); with
+    `flag_values`, in the words of that tool's flags (`flag_spelling`)."""
     problems = str(error).splitlines() if isinstance(error, flags.IllegalFlagValueError) else [str(error)]
+    if flag_values is not None:
+        problems = [flag_spelling(problem, flag_values) for problem in problems]
     problems = [" ".join(problem.split()) for problem in problems if problem.strip()]
     text = "; ".join(problem.rstrip(".") for problem in problems) if len(problems) > 1 else "".join(problems)
     text = text or type(error).__name__
@@ -209,16 +322,17 @@ def _verbose(flag_values) -> bool:
     return "verbose" in flag_values and bool(flag_values.verbose)
 
 
-def execute(work, argv, verbose=False, tensorflow=False) -> int:
+def execute(work, argv, verbose=False, tensorflow=False, flag_values=None) -> int:
     """Runs `work(argv)` after a quiet start (`keras_vit.console.running`); returns its exit status (0 for
-    None), 2 for a usage error, 1 for a failure, printed on one line (after the traceback with `verbose`)."""
+    None), 2 for a usage error, 1 for a failure, printed on one line (after the traceback with `verbose`), in
+    the words of the tool's flags `flag_values` (`flag_spelling`)."""
     try:
         with running(verbose, tensorflow=tensorflow):
             status = work(argv)
     except (app.UsageError, flags.Error) as error:
         if verbose:
             traceback.print_exc()
-        print_error(error)
+        print_error(error, flag_values)
         return USAGE_EXIT
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr, flush=True)
@@ -226,7 +340,7 @@ def execute(work, argv, verbose=False, tensorflow=False) -> int:
     except Exception as error:  # noqa: BLE001  every failure is one line; --verbose shows where it came from
         if verbose:
             traceback.print_exc()
-        print_error(error)
+        print_error(error, flag_values)
         return FAILURE_EXIT
     sys.stdout.flush()
     return 0 if status is None else int(status)
@@ -245,7 +359,7 @@ def main(work, flag_values=FLAGS, argv=None, *, usage=None, tensorflow=False) ->
         argv = parse(flag_values, sys.argv[1:] if argv is None else argv, usage=usage)
     except _Exit as done:
         return done.code
-    return execute(work, argv, _verbose(flag_values), tensorflow)
+    return execute(work, argv, _verbose(flag_values), tensorflow, flag_values)
 
 
 def run(work, flag_values=FLAGS, *, usage=None, tensorflow=False):
@@ -257,4 +371,5 @@ def run(work, flag_values=FLAGS, *, usage=None, tensorflow=False):
         except _Exit as done:
             sys.exit(done.code)
 
-    app.run(lambda argv: execute(work, argv, _verbose(flag_values), tensorflow), flags_parser=flags_parser)
+    app.run(lambda argv: execute(work, argv, _verbose(flag_values), tensorflow, flag_values),
+            flags_parser=flags_parser)

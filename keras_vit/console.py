@@ -7,8 +7,14 @@
   redirected (`import_keras`; shown again if the import fails); absl's verbosity is WARNING and absl's and
   TensorFlow's own Python loggers show only errors (`quiet_loggers`). `--verbose` shows all of it (and does not
   set TF_CPP_MIN_LOG_LEVEL).
-* Long work prints a line as each stage starts (`progress`), on stdout, so stderr holds only errors; only
-  while a tool runs (`running`): library calls of the same functions print nothing.
+* keras_vit's own log lines (the `"keras_vit"` logger and its children, e.g. `keras_vit.loading`'s "Resampled
+  the position embedding ..." or `keras_vit.export.warmup`'s "No TF Serving warmup file written ...") print
+  plainly on stderr, `warning: <message>` (`plain_library_lines`): not with the prefix absl's handler gives the
+  lines that reach Python's root logger (`W1205 14:24:26.411556 140314809891712 loading.py:213] ...`), which
+  the lines of other libraries (TensorFlow, absl) keep. Warnings and errors; with `--verbose` its info lines
+  too (the message alone). A level set on the `"keras_vit"` logger by the user is kept.
+* Long work prints a line as each stage starts (`progress`), on stdout, so stderr holds only errors and
+  warnings; only while a tool runs (`running`): library calls of the same functions print nothing.
 
 `keras_vit.cli` runs a tool's work inside these; an absl app of its own calls `quiet_start()` before anything
 imports TensorFlow.
@@ -39,6 +45,7 @@ def running(verbose=False, tensorflow=False):
     global _running
     quiet_start(verbose)
     saved, _running = None, True
+    plain = plain_library_lines(verbose)
     try:
         import_keras(verbose, tensorflow=tensorflow)
         if not verbose:
@@ -47,6 +54,7 @@ def running(verbose=False, tensorflow=False):
     finally:
         _running = False
         _restore_loggers(saved)
+        _restore_library_lines(plain)
 
 
 def quiet_start(verbose=False) -> None:
@@ -71,6 +79,43 @@ def import_keras(verbose=False, tensorflow=False) -> None:
         with contextlib.nullcontext() if verbose else _stderr_captured():
             for name in missing:
                 __import__(name)
+
+
+LIBRARY_LOGGER = "keras_vit"
+"""The logger keras_vit's modules log on (`logging.getLogger("keras_vit")` or a child, `getLogger(__name__)`)."""
+
+
+class PlainFormatter(logging.Formatter):
+    """`warning: <message>` (`error: ...`), as the tools' own `error: ...` lines; a lower level's message alone."""
+
+    def format(self, record):
+        message = record.getMessage()
+        if record.exc_info:
+            message += "\n" + self.formatException(record.exc_info)
+        return f"{record.levelname.lower()}: {message}" if record.levelno >= logging.WARNING else message
+
+
+def plain_library_lines(verbose=False):
+    """keras_vit's log lines go to stderr as `warning: <message>`, and not on to the root logger (where absl's
+    handler would prefix them with its `W1205 14:24:26.411556 140314809891712 loading.py:213] `); warnings and
+    errors, and with `verbose` info lines too, unless the user set the logger's level. Returns what
+    `_restore_library_lines` needs."""
+    logger = logging.getLogger(LIBRARY_LOGGER)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(PlainFormatter())
+    saved = logger.propagate, logger.level
+    logger.addHandler(handler)
+    logger.propagate = False
+    if logger.level == logging.NOTSET:
+        logger.setLevel(logging.INFO if verbose else logging.WARNING)
+    return logger, handler, saved
+
+
+def _restore_library_lines(plain) -> None:
+    logger, handler, (propagate, level) = plain
+    logger.removeHandler(handler)
+    logger.propagate = propagate
+    logger.setLevel(level)
 
 
 class _OnlyErrors(logging.Filter):

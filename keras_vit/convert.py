@@ -145,6 +145,7 @@ cli.define_image_size(FLAGS, help="Resolution to build at, resampling the positi
                       "checkpoint's).")
 cli.define_classes(FLAGS, help="Classes of a new zero-initialised head (default: the checkpoint's head).")
 cli.define_verbose(FLAGS)
+cli.name_arguments(FLAGS, destination="out")  # `convert`'s errors in the flags' words
 
 
 def run(argv):

@@ -1,23 +1,28 @@
 """Optional packages, each imported through `require`, whose error names the extra that installs it.
 
 The extras are those of setup.cfg's `[options.extras_require]` (`inspect`, `onnx`, `image`, `keras-cv`, ...).
-A tool then stops with one line instead of a bare `ModuleNotFoundError`:
+A tool then stops with one line instead of a bare `ModuleNotFoundError`, naming the distribution as PyPI knows
+it (`DISTRIBUTION`, `install_hint`):
 
-    error: the ONNX export needs the tf2onnx package, which is not installed: pip install "keras-vit[onnx]"
+    error: the ONNX export needs the tf2onnx package, which is not installed: pip install "keras-vit-applications[onnx]"
 
 Example:
     >>> from keras_vit import extras
     >>> extras.require("json", "none", "this example").__name__
     'json'
-    >>> extras.require("nothing", "onnx", "it")
-    Traceback (most recent call last):
-    ...
-    keras_vit.extras.MissingExtra: it needs the nothing package, which is not installed: pip install "keras-vit[onnx]"
+    >>> try:
+    ...     extras.require("nothing", "onnx", "it")
+    ... except extras.MissingExtra as error:  # a ModuleNotFoundError
+    ...     print(error)
+    it needs the nothing package, which is not installed: pip install "keras-vit-applications[onnx]"
 """
 
 from __future__ import annotations
 
 import importlib
+
+DISTRIBUTION = "keras-vit-applications"
+"""The name the package is installed by (`pip install keras-vit-applications`; it is imported as `keras_vit`)."""
 
 PACKAGES = {
     "PIL": "Pillow",
@@ -33,6 +38,11 @@ class MissingExtra(ModuleNotFoundError):
     """An optional package is not installed; the message says which extra installs it. A
     `ModuleNotFoundError`, so code that catches `ImportError` still does; the tools print it as one
     `error: ...` line (`keras_vit.cli.print_error`)."""
+
+
+def install_hint(extra: str) -> str:
+    """The command that installs an extra: `pip install "keras-vit-applications[image]"`."""
+    return f'pip install "{DISTRIBUTION}[{extra}]"'
 
 
 def package_of(module: str) -> str:
@@ -51,8 +61,8 @@ def require(module: str, extra: str, purpose: str):
 
     Raises:
         MissingExtra: the package is not installed: `"{purpose} needs the {package} package, which is not
-            installed: pip install "keras-vit[{extra}]""`. A module missing inside an installed package's own
-            imports (another package) is raised as it is.
+            installed: pip install "keras-vit-applications[{extra}]""` (`install_hint`). A module missing inside
+            an installed package's own imports (another package) is raised as it is.
     """
     try:
         return importlib.import_module(module)
@@ -61,4 +71,4 @@ def require(module: str, extra: str, purpose: str):
         if error.name is None or error.name.split(".")[0] != top:
             raise
         message = f"{purpose} needs the {package_of(module)} package, which is not installed"
-        raise MissingExtra(f'{message}: pip install "keras-vit[{extra}]"', name=top) from error
+        raise MissingExtra(f"{message}: {install_hint(extra)}", name=top) from error

@@ -139,8 +139,11 @@ def test_usage_errors_exit_2_on_one_line(tool_flags, tmp_path, capsys):
         (["--model=vit_b16", "--weights=none"], "flag --out=None: --out is required"),
         (["--model=vit_b16", "--weights=none", "--out=o", "--image_size=0"], "flag --image_size=0"),
         (["--model=vit_b16", "--weights=none", "--out=o", "extra"],
-         "Unexpected arguments (every value needs its --flag): extra"),
-        (["--model", "vit_b16", "vit_l16", "--weights=none", "--out=o"], "Unexpected arguments"),
+         "error: Positional arguments are not taken: extra; give every value with its flag (--name=value)\n"),
+        (["--model", "vit_b16", "vit_l16", "--weights=none", "--out=o"],
+         "error: Positional arguments are not taken: vit_l16; give every value"),
+        (["extra", "--verbose", "--noverbose", "--", "-x"], "error: Positional arguments are not taken: extra -x;"),
+        (["--unknown", "extra"], "error: Unknown command line flag 'unknown'"),
         ([f"--model={keras_file}", "--out=o", "--pooling=token"], "--pooling cannot apply to a .keras model"),
         (["--model=vit_b16", f"--weights={keras_file}", "--out=o", "--classes=3"],
          "--classes cannot apply to a .keras model"),
@@ -209,6 +212,61 @@ def test_failures_exit_1_with_a_traceback_only_with_verbose(tool_flags, capsys):
 
     assert _main(tool_flags, args, usage) == 2
     assert capsys.readouterr().err == "error: found late\n"
+
+
+# --- the library's words in the flags' words ----------------------------------------------------------------
+
+
+def test_flag_spelling_turns_the_arguments_a_tool_sets_into_its_flags():
+    fv = flags.FlagValues()
+    cli.define_weights(fv)
+    cli.define_out(fv)
+    flags.DEFINE_bool("overwrite", False, "Replace.", flag_values=fv)
+    flags.DEFINE_integer("version", None, "Version.", flag_values=fv)
+    cli.name_arguments(fv, export_base="out")
+    cases = [
+        ("or pass weights=None (random initialisation, no download) or weights=\"/path/to/file.npz\".",
+         "or pass --weights=none (random initialisation, no download) or --weights=\"/path/to/file.npz\"."),
+        ("cannot build --model=vit_ti16 with --weights=None: no",
+         "cannot build --model=vit_ti16 with --weights=none: no"),
+        ("Version 1 already exists at 'b/1'; pass a new version, or overwrite=True (`--overwrite`) to replace it. "
+         "Received: export_base='b', version=1",
+         "Version 1 already exists at 'b/1'; pass a new version, or --overwrite to replace it. "
+         "Received: --out='b', --version=1"),
+        ("pass overwrite=False", "pass --nooverwrite"),
+        ("`version` must be >= 0; pass the file as `weights=`", "--version must be >= 0; pass the file as --weights"),
+        # not flags of this tool, or not the argument: as they are
+        ("Received: path='a.weights.h5', classes=3, model.weights=1, preweights=None",
+         "Received: path='a.weights.h5', classes=3, model.weights=1, preweights=None"),
+        ("flag --out=None: --out is required", "flag --out=None: --out is required"),
+    ]
+    for text, expected in cases:
+        assert cli.flag_spelling(text, fv) == expected, text
+    assert cli.flag_spelling("pass weights=None", flags.FlagValues()) == "pass weights=None"
+
+
+def test_failures_of_the_work_are_printed_in_the_words_of_the_flags(tool_flags, tmp_path, monkeypatch, capsys):
+    import keras
+
+    from keras_vit import download, weights
+    from training import config, model
+
+    def unreachable(**kwargs):
+        raise OSError("network is unreachable")
+
+    monkeypatch.setattr(keras.utils, "get_file", unreachable)
+    entry = weights.get_entry("B16", weights.IMAGENET_ALIAS)
+    args = ["--model=vit_ti16", "--weights=none", "--out=o"]
+    assert _main(tool_flags, args, lambda argv: download.fetch(entry, str(tmp_path))) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "; or pass --weights=none (random initialisation, no download) or " \
+        "--weights=\"/path/to/file.npz\" (a checkpoint on disk)." in err, err
+    assert "weights=None" not in err
+
+    cfg = config.make_config("demo", model="vit_ti16", image_size=33, steps=4)
+    assert _main(tool_flags, args, lambda argv: model.build_model(cfg, 3)) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: cannot build --model=vit_ti16 with --weights=none: The image size must be "), err
 
 
 def test_help_text_shows_defaults_and_required(capsys):

@@ -140,6 +140,58 @@ def test_reading_is_computed_from_the_numbers():
         _synthetic_results(0.60, 0.90, 0.40, 0.70))
 
 
+def _cut_to_one_seed_of_40_steps(results):
+    """The synthetic results as `--steps=40 --seeds=1` leaves them: every model cut to 40 steps of its budget."""
+    results["runs"] = [dict(run, steps=40) for run in results["runs"] if run["seed"] == 0]
+    results["models"] = {m: dict(v, steps=40, budget=experiments_models.MODELS[m].steps)
+                         for m, v in results["models"].items()}
+    results["setup"] = dict(results["setup"], seeds=1, steps=40)
+    return results
+
+
+def test_the_header_says_the_warm_up_the_runs_get():
+    assert experiments_trainer.warmup_text(100, {"vit_small": 2000, "bit": 600}) == "warm-up 100"
+    assert experiments_trainer.warmup_text(100, {"vit_small": 40, "bit": 40}) == (
+        "warm-up 4 (the recipe's 100 clamped to 10% of the 40-step runs)")
+    assert experiments_trainer.warmup_text(100, {"vit_small": 2000, "bit": 300, "hybrid": 200}) == (
+        "warm-up 100; 20 for the 200-step runs; 30 for the 300-step runs (the recipe's 100 clamped to 10% of them)")
+
+
+def test_the_reading_says_runs_were_cut_short_of_their_budgets():
+    results = _cut_to_one_seed_of_40_steps(_synthetic_results(0.60, 0.80, 0.40, 0.85))
+    text = experiments_report.reading(results)
+    assert text.startswith(
+        "These runs were cut to 40 steps (ViT-S/4 40 of 2,000, ViT-B/4 40 of 1,500, BiT-R11 40 of 600, R5+ViT-S/4 40 "
+        "of 1,000 steps: 2%-7% of the budget), so the models are far from trained: every comparison and trend below "
+        "is indicative only. On digits, "), text[:400]
+    assert "overtakes the ResNet as the data grows, the crossing of the paper's Figures 3 and 4, here at a toy " \
+        "scale (indicative only: the runs were cut short)." in text
+    assert "40 steps a run" in text and "40-40" not in text
+    assert "with one seed per point there is no seed spread to judge differences by" in text and "seed(s)" not in text
+    full = experiments_report.reading(_synthetic_results(0.60, 0.80, 0.40, 0.85))  # the budgets run: no word
+    assert "cut" not in full and "indicative" not in full and "with 2 seeds per point" in full
+
+
+def test_the_reading_is_short_paragraphs():
+    paragraphs = experiments_report.reading(_synthetic_results(0.60, 0.80, 0.40, 0.85)).split("\n\n")
+    assert len(paragraphs) == 6 and all(p and "\n" not in p for p in paragraphs)
+    assert max(len(p.split()) for p in paragraphs) <= 130, [len(p.split()) for p in paragraphs]
+    assert paragraphs[1].startswith("Against the training compute spent") and paragraphs[-1].startswith("At this scale")
+
+
+def test_one_seed_has_no_spread_and_figures_have_titles(tmp_path):
+    results = _cut_to_one_seed_of_40_steps(_synthetic_results(0.60, 0.80, 0.40, 0.85))
+    assert "| BiT-R11 | 10% | 100 | 1 | 59.8 | 49.8 | 20,000 | 40 |" in experiments_report.markdown_table(results)
+    results["reading"] = experiments_report.reading(results)
+    page = open(experiments_report.write_html(results, str(tmp_path / "index.html"), experiments_models.STUDIES)).read()
+    assert "±" not in page and "<h2>Runs (one seed each)</h2>" in page
+    assert '<h2>Accuracy against training-set size (Figures 3 and 4)</h2><img src="data_size.png"' in page
+    assert '<h2>Principal components of the embedding filters (Figure 7, left)</h2><img src="embedding_filters.png"' \
+        in page
+    assert "<h2>data_size.png</h2>" not in page and page.count("<h2>") == 8
+    assert page.count("<p>These runs were cut to 40 steps") == 1 and "</p>\n<p>At this scale" in page
+
+
 def test_figure7_summary_and_head_table():
     results = _synthetic_results(0.6, 0.8, 0.4, 0.85)
     summary = experiments_figure7.summary(results)

@@ -36,6 +36,16 @@ def test_module_entry_point_exports_and_refuses_to_overwrite(keras_file, tmp_pat
     assert os.listdir(base) == ["1"]
 
 
+def test_an_existing_version_is_refused_in_the_words_of_the_flags_before_building(tmp_path, capsys):
+    base = tmp_path / "tiny"
+    (base / "1").mkdir(parents=True)
+    assert main(["--model=vit_ti16", "--weights=none", f"--out={base}", "--version=1"]) == 1
+    captured = capsys.readouterr()
+    assert captured.err == (f"error: Version 1 already exists at {str(base / '1')!r}; pass a new version, or "
+                            f"--overwrite to replace it. Received: --out={str(base)!r}, --version=1\n")
+    assert "building" not in captured.out
+
+
 def test_next_version_and_overwrite(keras_file, tmp_path, capsys):
     base = str(tmp_path / "tiny")
     assert main(["--model", keras_file, "--out", base]) == 0

@@ -13,7 +13,8 @@ import keras_vit
 from keras_vit import extras
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MESSAGE = re.compile(r'^(.+) needs the (\S+) package, which is not installed: pip install "keras-vit\[(\S+)\]"$')
+MESSAGE = re.compile(r'^(.+) needs the (\S+) package, which is not installed: '
+                     r'pip install "keras-vit-applications\[(\S+)\]"$')
 
 
 def _extras():
@@ -120,15 +121,19 @@ def _one_error_line(capsys):
     return captured.out, lines[0][len("error: "):]
 
 
-def test_smoke_test_image_without_pillow(keras_file, tmp_path, monkeypatch, capsys):
+def test_smoke_test_image_without_pillow_stops_before_building_the_model(tmp_path, monkeypatch, capsys):
+    from keras_vit import cli_model
     from keras_vit.__main__ import main
 
     image = tmp_path / "a.png"
     image.write_bytes(b"\x89PNG\r\n\x1a\n")
     _block(monkeypatch, "PIL", "PIL.Image")
-    assert main([f"--model={keras_file}", f"--image={image}"]) == 1
-    _, message = _one_error_line(capsys)
+    built = []
+    monkeypatch.setattr(cli_model, "build_model", lambda *args, **kwargs: built.append(args))
+    assert main(["--model=vit_b16", f"--image={image}"]) == 1
+    out, message = _one_error_line(capsys)
     _check_message(message, "reading --image", "Pillow", "image")
+    assert out == "" and built == []  # no "building ...", no summary: nothing was built
 
 
 def test_onnx_export_without_tf2onnx_stops_before_building_the_model(keras_file, tmp_path, monkeypatch, capsys):

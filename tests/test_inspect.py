@@ -172,7 +172,7 @@ def test_token_geometry_of_a_rectangular_gap_model():
 
 
 def test_hybrid_attention_and_geometry_come_from_the_stem_feature_grid(images):
-    from keras_vit.inspect.report import _patch_filters
+    from keras_vit.inspect.report import patch_filters
 
     model = keras_vit.ViT(image_size=32, patch_size=8, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32,
                           classes=3, hybrid=dict(block_units=(1, 1), width=8, groups=4))
@@ -180,7 +180,8 @@ def test_hybrid_attention_and_geometry_come_from_the_stem_feature_grid(images):
     assert geometry == inspect.TokenGeometry((32, 32), (4, 4), (8.0, 8.0), 1)
     (probabilities,) = inspect.attention_probabilities(model, images)
     assert probabilities.shape == (2, 2, 17, 17)
-    assert _patch_filters(model) is None  # the embedding sees stem features, not pixels: no filter images
+    filters, why = patch_filters(model)  # the embedding sees stem features, not pixels: no filter images
+    assert filters is None and why.startswith("a hybrid's patch embedding sees the feature map of its ResNet stem")
 
 
 def test_attention_model_rejects_a_non_vit():
@@ -230,7 +231,8 @@ def test_cli_usage_errors_exit_2_before_any_work(tiny, tmp_path, capsys):
         (["--model", "vit_ti16", "--out", str(tmp_path / "r"), f"--images={image}"], "Pass --weights=none explicitly"),
         (["--model", model_path, "--out", str(tmp_path / "r")], "flag --images=None: --images is required"),
         (["--model", model_path, "--out", str(tmp_path / "r"), f"--images={image}", str(image)],
-         "Unexpected arguments (every value needs its --flag)"),  # one --images per image
+         f"Positional arguments are not taken: {image}; give each as --images={image}"),  # one --images per image
+        ([str(image)], f"error: Positional arguments are not taken: {image}; give each as --images={image}\n"),
         (["--model", model_path, "--out", str(tmp_path / "r"), f"--images={image}",
           f"--images={tmp_path / 'missing.png'}"], "The image file does not exist: " + str(tmp_path / "missing.png")),
         (["--model", model_path, "--image_size", "64", "--out", str(tmp_path / "r"), f"--images={image}"],
@@ -242,6 +244,69 @@ def test_cli_usage_errors_exit_2_before_any_work(tiny, tmp_path, capsys):
         err = capsys.readouterr().err
         assert err.startswith("error: ") and err.count("\n") == 1 and message in err, err
     assert not (tmp_path / "r").exists()
+
+
+def test_images_help_reads_as_one_sentence(capsys):
+    from keras_vit.inspect.__main__ import main
+
+    assert main(["--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split("--images: ", 1)[1].split("--out:")[0].split())
+    assert text == ("An image file (any format PIL reads), e.g. --images=a.jpg --images=b.jpg for two; repeat this "
+                    "option to specify a list of values (required)")
+
+
+def test_shifted_patch_filters_are_the_kernels_weights_on_the_unshifted_image(tiny):
+    from keras_vit.inspect.report import SHIFTED_FILTERS, figure_titles, patch_filters
+
+    model = keras_vit.ViT(**tiny, tokenizer="shifted_patches")
+    p, d = tiny["patch_size"], tiny["hidden_size"]
+    # Where the image's own pixels land in a shifted patch: the image all ones, its four shifted copies zeros.
+    layout = np.asarray(model_parts.patches(model).patches(
+        np.concatenate([np.ones((1, p, p, 3)), np.zeros((1, p, p, 12))], axis=-1).astype("float32")))[0, 0]
+    assert layout.shape == (p * p * 15,) and layout.sum() == p * p * 3
+    rng = np.random.default_rng(0)
+    own = rng.normal(size=(p * p * 3, d))  # the weights on the image's pixels, in (row, column, channel) order
+    kernel = rng.normal(size=(p * p * 15, d)) * 100  # the shifted copies' weights: large, must not show
+    kernel[layout == 1] = own
+    model_parts.patch_encoder(model).projection.kernel.assign(kernel.astype("float32"))
+    filters, why = patch_filters(model)
+    assert why is None
+    np.testing.assert_allclose(filters, inspect.embedding_filters(own, p, 3), atol=1e-5)
+    assert figure_titles(model)["embedding_filters.png"] == SHIFTED_FILTERS
+
+
+def test_a_conv_stem_gap_model_says_why_filters_are_left_out_and_what_its_rollout_is(tiny, images, tmp_path):
+    import json
+
+    from keras_vit.inspect.report import GAP_ROLLOUT, write_report
+
+    model = keras_vit.ViT(**tiny, tokenizer="conv", classifier="gap")
+    summary = write_report(model, images, str(tmp_path))
+    why = ('the convolutional stem (tokenizer="conv") hands the patch embedding feature maps, not pixels, so it has '
+           "no pixel filters to draw")
+    assert summary["left_out"] == {"embedding_filters.png": why}
+    assert json.loads((tmp_path / "summary.json").read_text())["left_out"] == {"embedding_filters.png": why}
+    assert not (tmp_path / "embedding_filters.png").exists()
+    index = (tmp_path / "index.html").read_text()
+    assert f"<h2>{GAP_ROLLOUT}</h2><img src='attention_rollout.png'" in index
+    assert "<p>embedding_filters.png is left out: the convolutional stem (tokenizer=&quot;conv&quot;) hands" in index
+    assert "output token" not in index and "[class] token to the input" not in index
+
+
+def test_cli_prints_why_a_figure_is_left_out(tiny, tmp_path, monkeypatch, capsys):
+    from PIL import Image
+
+    from keras_vit.inspect import __main__ as tool
+    from keras_vit.inspect import report
+
+    image = str(tmp_path / "a.png")
+    Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(image)
+    monkeypatch.setattr(report, "write_report", lambda model, images, out, names: dict(
+        model="m", grid_shape=[4, 4], patch_size=[8, 8], uniform_attention_distance=1.0,
+        mean_attention_distance=np.ones((1, 2)), left_out={"embedding_filters.png": "a reason"}))
+    assert tool.main(["--model=vit_ti16", "--weights=none", "--image_size=32", f"--images={image}",
+                      f"--out={tmp_path / 'r'}"]) == 0
+    assert "\nembedding_filters.png is left out: a reason\nwrote " in capsys.readouterr().out
 
 
 def test_cli_rejects_an_unknown_model():

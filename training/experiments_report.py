@@ -22,6 +22,14 @@ from training.experiments_models import STUDIES
 matplotlib = extras.require("matplotlib", "inspect", "drawing the figures of training.experiments")
 
 FIGURES = {"data_size": ["data_size.png"], "compute": ["compute.png"], "attention_distance": list(figure7.PLOTS)}
+TITLES = {
+    "data_size.png": "Accuracy against training-set size (Figures 3 and 4)",
+    "compute.png": "Accuracy against training compute spent (Figure 5)",
+    "attention_distance.png": "Mean attention distance of every head against depth (Figure 7, right)",
+    "position_embeddings.png": "Similarity of the position embeddings (Figure 7, centre)",
+    "embedding_filters.png": "Principal components of the embedding filters (Figure 7, left)",
+}
+"""The heading of each figure in index.html."""
 _STYLE = {"vit": dict(marker="o", linestyle="-"), "bit": dict(marker="s", linestyle="--"),
           "hybrid": dict(marker="P", linestyle="-.")}
 _COLOURS = {"vit_small": "#9ecae1", "vit_base": "#3182bd", "bit": "#636363", "hybrid": "#e6550d"}
@@ -62,8 +70,8 @@ def plot_data_size(plt, results, path):
     axes[0].legend(fontsize=8)
     seeds = max(max(r["seeds"]) for r in study.values())
     budgets = ", ".join(f"{m['label']} {m['steps']}" for m in results["models"].values())
-    fig.suptitle(f"Accuracy against training-set size (steps per run: {budgets}; error bars: std over {seeds} "
-                 "seeds)", fontsize=10)
+    bars = f"error bars: std over {seeds} seeds" if seeds > 1 else "one seed: no error bars"
+    fig.suptitle(f"Accuracy against training-set size (steps per run: {budgets}; {bars})", fontsize=10)
     return fig
 
 
@@ -116,11 +124,37 @@ def _lead(a, b):
     return text + (" (within the seed spread)" if abs(diff) <= noise else ""), diff, noise
 
 
+def _thousands(steps):
+    return f"{steps:,}"
+
+
+def cut_runs(results) -> str | None:
+    """A sentence saying that the runs were cut short of their models' budgets (`--steps`), or None when every
+    model ran its budget (or results.json predates the budgets, `models[...]["budget"]`)."""
+    cut = {m: v for m, v in results["models"].items() if v.get("budget") and v["steps"] < v["budget"]}
+    if not cut:
+        return None
+    shares = [v["steps"] / v["budget"] for v in cut.values()]
+    share = f"{min(shares):.0%}" if f"{min(shares):.0%}" == f"{max(shares):.0%}" else \
+        f"{min(shares):.0%}-{max(shares):.0%}"
+    steps = sorted({v["steps"] for v in cut.values()})
+    listing = ", ".join(f"{v['label']} {_thousands(v['steps'])} of {_thousands(v['budget'])}" for v in cut.values())
+    runs = f"{_thousands(steps[0])} steps" if len(steps) == 1 else "fewer steps"
+    return (f"These runs were cut to {runs} ({listing} steps: {share} of the budget), so the models are far from "
+            "trained: every comparison and trend below is indicative only")
+
+
+def _paragraph(sentences) -> str:
+    return ". ".join(s[0].upper() + s[1:] for s in sentences) + "." if sentences else ""
+
+
 def reading(results) -> str:
-    """One paragraph read off the numbers: who leads at the smallest and the full training set, the trend,
-    the compute trade-off, the attention distances, and what this scale can and cannot show."""
+    """Short paragraphs read off the numbers, separated by blank lines: who leads at the smallest and the full
+    training set and the trend (after a word on runs cut short of their budgets, `cut_runs`), the compute
+    trade-off, the attention distances, and what this scale can and cannot show."""
     study = data_size(results)
-    sentences = []
+    cut = cut_runs(results)
+    sentences = [cut] if cut else []
     vits = [m for m in study if results["models"][m]["kind"] == "vit"]
     if "bit" in study and vits and len(study["bit"]["fractions"]) > 1:
         bit = study["bit"]
@@ -150,12 +184,14 @@ def reading(results) -> str:
                      "convolutional bias helps at every size")
         else:
             trend = "the gap does not change beyond the seed spread across the subset sizes: no trend shows"
-        sentences.append(f"So {trend}")
+        sentences.append(f"So {trend}" + (" (indicative only: the runs were cut short)" if cut else ""))
     if "hybrid" in study and "vit_small" in study:
         text, _, _ = _lead(study["hybrid"]["accuracy"][0], study["vit_small"]["accuracy"][0])
         text_full, _, _ = _lead(study["hybrid"]["accuracy"][-1], study["vit_small"]["accuracy"][-1])
         sentences.append(f"The hybrid is {text} of the plain ViT-S in test accuracy at the smallest subset and "
                          f"{text_full} on the full split")
+    paragraphs = [_paragraph(sentences)]
+    sentences = []
     comp = compute(results)
     if len(comp) > 1:
         order = sorted(comp, key=lambda m: comp[m]["train_flops"])
@@ -172,8 +208,10 @@ def reading(results) -> str:
             ratio = comp["hybrid"]["train_flops"] / comp["vit_small"]["train_flops"]
             text += f"; the hybrid's stem costs {ratio:.2g}x ViT-S's compute and puts it {gain}"
         sentences.append(text)
+    paragraphs.append(_paragraph(sentences))
+    sentences = []
     distances = attention_distance(results)
-    sentences += figure7.sentences(results)
+    figure7_sentences = figure7.sentences(results)  # distances, position embeddings, filters: a paragraph each
     if distances:
         if "hybrid" in distances and vits and any(m in distances for m in vits):
             plain = "vit_small" if "vit_small" in distances else [m for m in vits if m in distances][0]
@@ -186,18 +224,30 @@ def reading(results) -> str:
                 verdict = "less locally than", ", unlike Figure 7"
             sentences.append(f"the hybrid's first layer attends {verdict[0]} {results['models'][plain]['label']}'s "
                              f"({abs(gap):.1f} px apart on average){verdict[1]}")
+    paragraphs.append(_paragraph(figure7_sentences[:1] + sentences))
+    paragraphs += [_paragraph([sentence]) for sentence in figure7_sentences[1:]]
     n = results["dataset"]["train_examples"]
     params, steps = ([r[key] for r in results["runs"]] for key in ("parameters", "steps"))
-    sentences.append(
-        f"At this scale ({n} training images, models of about {min(params) / 1e3:.0f}k-{max(params) / 1e3:.0f}k "
-        f"parameters, {min(steps)}-{max(steps)} steps a run) only the small-data end of the paper's curves is within "
-        "reach: its "
-        "crossover needs pre-training on 10^7-10^8 images (ImageNet-21k, JFT-300M) and models of 10^8 parameters, "
-        f"and with {results['setup']['seeds']} seed(s) per point differences of a point or two are noise")
-    return ". ".join(s[0].upper() + s[1:] for s in sentences) + "."
+    low, high = min(params) / 1e3, max(params) / 1e3
+    size = f"{low:.0f}k" if f"{low:.0f}" == f"{high:.0f}" else f"{low:.0f}k-{high:.0f}k"
+    runs = (f"{_thousands(min(steps))} steps" if min(steps) == max(steps)
+            else f"{_thousands(min(steps))}-{_thousands(max(steps))} steps")
+    seeds = results["setup"]["seeds"]
+    noise = (f"with {seeds} seeds per point differences of a point or two are noise" if seeds > 1 else
+             "with one seed per point there is no seed spread to judge differences by: a point or two may be noise")
+    paragraphs.append(_paragraph([
+        f"At this scale ({n} training images, models of about {size} parameters, {runs} a run) only the small-data "
+        "end of the paper's curves is within reach: its crossover needs pre-training on 10^7-10^8 images "
+        f"(ImageNet-21k, JFT-300M) and models of 10^8 parameters, and {noise}"]))
+    return "\n\n".join(p for p in paragraphs if p)
 
 
 # --- files -------------------------------------------------------------------------------------------------
+
+
+def _mean_std(mean, std, seeds) -> str:
+    """`97.8 ± 0.6` in percent; the mean alone for one seed (no spread to give)."""
+    return f"{100 * mean:.1f} ± {100 * std:.1f}" if seeds > 1 else f"{100 * mean:.1f}"
 
 
 def table_rows(results) -> list[dict]:
@@ -209,8 +259,8 @@ def table_rows(results) -> list[dict]:
     for (model, fraction), (mean, std, seeds) in accuracy.items():
         run = next(r for r in results["runs"] if r["model"] == model and r["fraction"] == fraction)
         rows.append(dict(model=run["label"], fraction=fraction, train_examples=run["train_examples"], seeds=seeds,
-                         accuracy=f"{100 * mean:.1f} ± {100 * std:.1f}",
-                         fewshot=f"{100 * fewshot[model, fraction][0]:.1f} ± {100 * fewshot[model, fraction][1]:.1f}",
+                         accuracy=_mean_std(mean, std, seeds),
+                         fewshot=_mean_std(*fewshot[model, fraction]),
                          parameters=run["parameters"], steps=run["steps"], train_flops=f"{run['train_flops']:.3g}",
                          wall_time_s=f"{wall[model, fraction][0]:.1f}"))
     return rows
@@ -237,8 +287,11 @@ def write_html(results, path, studies):
             r["model"], f"{r['fraction']:.0%}", r["train_examples"], r["seeds"], r["accuracy"], r["fewshot"],
             f"{r['parameters']:,}", r["steps"], r["train_flops"], r["wall_time_s"])) + "</tr>"
         for r in table_rows(results))
-    figures = "\n".join(f'<h2>{html.escape(name)}</h2><img src="{name}" alt="{name}">'
+    figures = "\n".join(f'<h2>{html.escape(TITLES[name])}</h2><img src="{name}" alt="{name}">'
                         for s in STUDIES if s in studies for name in FIGURES[s])
+    reading_html = "\n".join(f"<p>{html.escape(p, quote=False)}</p>" for p in results["reading"].split("\n\n"))
+    seeds = max(r["seeds"] for r in table_rows(results)) if results["runs"] else 0
+    spread = "mean ± std over seeds" if seeds > 1 else "one seed each"
     heads = "\n".join("<tr>" + "".join(f"<td>{v}</td>" for v in (
         html.escape(r["model"]), r["layer"], r["head"], f"{r['distance_init']:.2f}", f"{r['distance']:.2f}",
         f"{r['entropy_init']:.3f}", f"{r['entropy']:.3f}")) + "</tr>" for r in figure7.head_rows(results))
@@ -254,9 +307,10 @@ table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:3px 8px;te
 steps per run ({budgets}) of {setup['global_batch_size']} images at {setup['image_size']}x{setup['image_size']},
 recipe {html.escape(results['recipe']['recipe'])}; {len(results['runs'])} runs in
 {results['wall_time_s'] / 60:.1f} minutes. Every run: <a href="results.json">results.json</a>.</p>
-<h2>Reading</h2><p>{html.escape(results['reading'], quote=False)}</p>
+<h2>Reading</h2>
+{reading_html}
 {figures}
-<h2>Runs (mean ± std over seeds)</h2>
+<h2>Runs ({spread})</h2>
 <table><tr>{''.join(f'<th>{html.escape(h)}</th>' for h in head)}</tr>
 {rows}
 </table>

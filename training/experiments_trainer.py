@@ -38,6 +38,33 @@ def recipe(setup, steps: int):
                        jit_compile=setup.jit_compile)
 
 
+def warmup_text(warmup_steps: int, budgets: dict) -> str:
+    """The warm-up the runs get, for the header: `warmup_steps` as the recipe sets it, and where a run is too
+    short for it the value `training.optim.fitted_warmup` clamps it to, per budget (`budgets`: model -> steps).
+
+    Example:
+        >>> print(warmup_text(100, {"vit_small": 2000, "bit": 600}))
+        warm-up 100
+        >>> print(warmup_text(100, {"vit_small": 40, "bit": 40}))
+        warm-up 4 (the recipe's 100 clamped to 10% of the 40-step runs)
+        >>> print(warmup_text(100, {"vit_small": 2000, "bit": 200}))
+        warm-up 100; 20 for the 200-step runs (the recipe's 100 clamped to 10% of them)
+    """
+    from training.optim import CLAMPED_WARMUP_SHARE, fitted_warmup
+
+    clamped = {steps: fitted_warmup(warmup_steps, steps)[0] for steps in sorted(set(budgets.values()))}
+    short = {steps: value for steps, value in clamped.items() if value != warmup_steps}
+    if not short:
+        return f"warm-up {warmup_steps}"
+    share = f"{CLAMPED_WARMUP_SHARE:.0%}"
+    if len(short) == len(clamped) == 1:
+        ((steps, value),) = short.items()
+        return f"warm-up {value} (the recipe's {warmup_steps} clamped to {share} of the {steps}-step runs)"
+    parts = "; ".join(f"{value} for the {steps}-step runs" for steps, value in short.items())
+    whole = f"warm-up {warmup_steps}; " if len(short) < len(clamped) else "warm-up "
+    return f"{whole}{parts} (the recipe's {warmup_steps} clamped to {share} of them)"
+
+
 def build_model(spec, image_size: int, classes: int, name: str):
     """A model of a `ModelSpec` for (image_size, image_size, 3) images in [-1, 1], returning logits."""
     import keras_vit
@@ -136,6 +163,7 @@ def train_runs(setup, plan, probed, log=print) -> dict:
          "dataset": {...}, "models": {...}, "recipe": ...}.
     """
     from training import data, distribute, fewshot, progress
+    from training.optim import fitted_warmup
     from training.experiments_data import check_images, nested_subsets, split_labels, splits, train_dataset
     from training.experiments_probes import figure7, uniform_distance
     from training.sources import dataset_source
@@ -158,7 +186,7 @@ def train_runs(setup, plan, probed, log=print) -> dict:
     log(f"{len(plan)} runs ({', '.join(f'{models[n].label} {s} steps' for n, s in budgets.items())} of {batch} "
         f"images) on {setup.dataset} [{train_split}: {source.num_examples} images, {num_classes} classes; "
         f"{eval_split} for accuracy], recipe {cfg.recipe} ({cfg.optimizer} lr {cfg.learning_rate:g}, "
-        f"{cfg.schedule}, warm-up {cfg.warmup_steps}, crop {cfg.crop}), {type(strategy).__name__}")
+        f"{cfg.schedule}, {warmup_text(cfg.warmup_steps, budgets)}, crop {cfg.crop}), {type(strategy).__name__}")
     shown = progress.Progress(total_steps, progress.log_cadence(total_steps), items_per_step=batch)
     trainer, runs, probes, done = None, [], {}, 0
     for number, (name, fraction, seed) in enumerate(plan):
@@ -198,7 +226,8 @@ def train_runs(setup, plan, probed, log=print) -> dict:
         "dataset": dict(name=setup.dataset, train_split=train_split, eval_split=eval_split,
                         train_examples=int(source.num_examples), classes=int(num_classes),
                         subset_sizes={str(f): int(len(i)) for f, i in subsets.items()}),
-        "models": {n: dict(label=models[n].label, family=models[n].family, steps=s, kind=_kind(models[n]))
+        "models": {n: dict(label=models[n].label, family=models[n].family, steps=s, kind=_kind(models[n]),
+                           budget=models[n].steps, warmup=fitted_warmup(cfg.warmup_steps, s)[0])
                    for n, s in budgets.items()},
         "recipe": recipe_values,
         "fewshot_shots": headline_shots(setup.shots),

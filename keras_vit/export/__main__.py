@@ -28,7 +28,6 @@ enforces them without keras_vit): `--max_pixels` per image, `--max_request_pixel
 """
 
 import os
-import re
 
 from absl import flags
 
@@ -83,6 +82,8 @@ flags.DEFINE_enum("precision", "float32", ["float32", "bfloat16"], "What the Sav
                   "unchanged). Faster on CPUs with AMX or AVX512-BF16 and on GPUs; slower on other CPUs.",
                   flag_values=FLAGS)
 cli.define_verbose(FLAGS)
+cli.name_arguments(FLAGS, export_base="out")  # keras_vit.export's errors in the flags' words
+
 
 def _check_labels(fv, argv):
     if fv.labels is not None and not os.path.isfile(fv.labels):
@@ -104,9 +105,7 @@ def _check_limits(fv, argv):
     try:
         limits_module.Limits(**limits_from_flags(fv))
     except ValueError as error:  # "`name` must ... Received: name=value" -> "--name must ... Received: --name=value"
-        message = re.sub(r"`(\w+)`", r"--\1", str(error))
-        head, _, received = message.partition("Received: ")
-        raise cli.UsageError(head + "Received: " + re.sub(r"(\w+)=", r"--\1=", received)) from None
+        raise cli.UsageError(cli.flag_spelling(str(error), fv)) from None
 
 
 cli.add_check(FLAGS, _check_limits)

@@ -4,9 +4,11 @@
     python -m keras_vit.inspect --model=trained.keras --images=a.png --out=report/
 
 Writes attention_rollout.png, attention_distance.png, position_similarity.png, embedding_filters.png,
-summary.json and an index.html that shows them into `--out`. The images are given with `--images`, once per
-image. With a variant name `--weights` is required (`--weights=none` for random weights, whose attention maps
-mean nothing); a `.keras` model has its own.
+summary.json and an index.html that shows them into `--out`. embedding_filters.png is left out, with a line
+saying so in index.html and here, where the patch embedding does not see pixels (a convolutional stem,
+tokenizer="conv", or a hybrid's ResNet stem); for shifted patches it draws the filters on the unshifted image.
+The images are given with `--images`, once per image. With a variant name `--weights` is required
+(`--weights=none` for random weights, whose attention maps mean nothing); a `.keras` model has its own.
 """
 
 import os
@@ -24,9 +26,10 @@ cli.define_model(FLAGS, required=True, refuse_bit=NOT_A_VIT)
 cli.define_weights(FLAGS, required=True, purpose="the attention maps and distances")
 cli.define_image_size(FLAGS)
 cli.define_classes(FLAGS)
-flags.DEFINE_multi_string("images", None, "An image file (any format PIL reads); repeat it for each image: "
-                          "--images=a.jpg --images=b.jpg.", flag_values=FLAGS)
+flags.DEFINE_multi_string("images", None, "An image file (any format PIL reads), e.g. --images=a.jpg "
+                          "--images=b.jpg for two", flag_values=FLAGS)  # absl adds "; repeat this option ..."
 cli.require(FLAGS, "images")
+cli.take_positional_as(FLAGS, "images")  # `python -m keras_vit.inspect a.jpg`: says --images=a.jpg
 
 
 def _missing_image(paths):
@@ -89,6 +92,8 @@ def run(argv):
     for layer, row in enumerate(distances):
         print(f"layer {layer + 1:2d}: mean attention distance {row.mean():6.2f} px  (heads: "
               + " ".join(f"{v:.1f}" for v in row) + ")")
+    for name, why in summary["left_out"].items():
+        print(f"{name} is left out: {why}")
     print(f"wrote {os.path.join(FLAGS.out, 'index.html')}")
     return 0
 

@@ -1,8 +1,8 @@
 """Matplotlib figures for section 4.5 of the paper, written as PNG files (Agg backend, no display needed).
 
 Each function takes the numpy output of one analysis function and a path, and returns the path.
-matplotlib is an optional dependency: `pip install "keras-vit[inspect]"` (importing this module without it
-raises `keras_vit.extras.MissingExtra` saying so).
+matplotlib is an optional dependency: `pip install "keras-vit-applications[inspect]"` (importing this module
+without it raises `keras_vit.extras.MissingExtra` saying so).
 """
 
 from keras_vit import extras
