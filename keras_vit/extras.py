@@ -21,8 +21,7 @@ from __future__ import annotations
 
 import importlib
 
-DISTRIBUTION = "keras-vit-applications"
-"""The name the package is installed by (`pip install keras-vit-applications`; it is imported as `keras_vit`)."""
+from keras_vit import DISTRIBUTION  # the name the package is installed by (declared once, in keras_vit/__init__)
 
 PACKAGES = {
     "PIL": "Pillow",
