@@ -32,7 +32,7 @@ import warnings
 import numpy as np
 
 from keras_vit import model_parts, pos_embed, variants
-from keras_vit.checkpoints import architecture, keras_names
+from keras_vit.checkpoints import architecture, keras_names, untrusted
 from keras_vit.checkpoints import own
 from keras_vit.checkpoints.canonical import Checkpoint, LazyArray, check_finite, listing
 from keras_vit.checkpoints.readers import read_checkpoint  # noqa: F401  (public here; tests patch it here)
@@ -177,6 +177,9 @@ def plan_load(model, checkpoint: Checkpoint, interpolation: str = "bilinear", la
                 report.reinitialised.append(key)  # representation_size asked for a layer the file lacks
                 continue
             missing.append(key)
+            continue
+        if not untrusted.is_float_dtype(params[key].dtype):
+            misshaped.append(f"{key} holds {np.dtype(params[key].dtype).name} values, not floats (damaged or crafted)")
             continue
         array = _fit_array(key, params[key], variable, model, arch, interpolation, report)
         if array is None:

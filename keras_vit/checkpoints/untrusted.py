@@ -272,7 +272,9 @@ def declared_datasets(file) -> dict:
     return found
 
 
-def _is_float(dtype) -> bool:
+def is_float_dtype(dtype) -> bool:
+    """Whether `dtype` (numpy or HDF5's) holds floats: float16/32/64, or bfloat16 (a 2-byte opaque type)."""
+    dtype = np.dtype(dtype)
     return dtype.kind == "f" or (dtype.kind == "V" and dtype.itemsize == 2)  # bfloat16 is stored as 2-byte opaque
 
 
@@ -293,7 +295,7 @@ def check_datasets(file, label, expected: list[tuple] | None = None, max_element
     total = 0
     for name, dataset in datasets.items():
         shape = tuple(int(d) for d in dataset.shape)
-        if not _is_float(dataset.dtype):
+        if not is_float_dtype(dataset.dtype):
             raise _refuse(label, f"holds {name} as {dataset.dtype} (shape {shape}): model weights are floats")
         size = math.prod(shape)
         if size and dataset.id.get_storage_size() == 0:
@@ -314,16 +316,3 @@ def check_datasets(file, label, expected: list[tuple] | None = None, max_element
     bound = max_parameters() if max_elements is None else max_elements
     if total > bound:
         raise _refuse(label, f"declares {total:,} weight values, more than the {bound:,} its model can hold")
-
-
-def float_array_or_refuse(array, name: str, label) -> np.ndarray:
-    """`array` when its dtype is a float; integer and bool tensors are refused, never cast.
-
-    Raises:
-        ValueError: naming the tensor and its dtype.
-    """
-    dtype = np.asarray(array).dtype if not hasattr(array, "dtype") else np.dtype(array.dtype)
-    if not _is_float(dtype) and dtype.name != "bfloat16":
-        raise ValueError(f"The checkpoint {os.fspath(label)!r} holds {name} as {dtype}: model weights are floats. It "
-                         "is damaged or crafted; convert it from its source again.")
-    return array
