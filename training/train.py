@@ -32,6 +32,7 @@ cli.quiet_start()  # before TensorFlow loads: its start-up lines would bury the 
 
 from absl import app, flags, logging  # noqa: E402
 
+from training import backend  # noqa: E402
 from training import config as config_lib  # noqa: E402
 from training import recipes  # noqa: E402
 
@@ -131,6 +132,12 @@ flags.DEFINE_enum("image_check", "decode", ["decode", "headers"], "How a folder 
                   "before training: decode (headers, then every image but a BMP decoded once with TensorFlow, "
                   "in parallel) or headers (headers only: faster on very large folders; an image that then fails "
                   "to decode stops the run naming it, after saving the state reached).")
+
+
+# Once the flags parse, before Keras or TensorFlow is imported: another Keras backend would build the model and
+# then fail in TensorFlow's checkpoint code.
+cli.add_check(FLAGS, lambda fv, argv: backend.check_tensorflow_backend(
+    "training.train", "tf.data, tf.distribute and TF checkpoints"))
 
 
 def config_from_flags() -> config_lib.Config:
