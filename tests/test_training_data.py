@@ -112,6 +112,19 @@ def test_folder_loader_reads_labels_from_directories_and_finds_the_eval_split(tm
     assert next(iter(train))[0].shape == (4, 8, 8, 3)
 
 
+def test_the_training_stream_never_ends_and_steps_per_epoch_counts_its_full_batches(tmp_path):
+    _write_folder(tmp_path, per_class=3)  # 9 images in each split
+    name = f"folder:{tmp_path}"
+    train, _ = data.make_dataset(name, "train", image_size=8, batch_size=4, training=True)
+    assert int(train.cardinality()) == tf.data.INFINITE_CARDINALITY
+    assert len(list(train.take(7))) == 7  # past the 2 batches of one pass
+    assert data.steps_per_epoch(name, "train", batch_size=4) == 2  # 9 images: 2 full batches, the rest dropped
+    evaluation, _ = data.make_dataset(name, "validation", image_size=8, batch_size=4)
+    assert [len(labels) for _, labels in evaluation] == [4, 4, 1]  # one pass, the last batch partial
+    with pytest.raises(ValueError, match=r"has 9 examples, fewer than one batch.*Received: batch_size=10"):
+        data.steps_per_epoch(name, "train", batch_size=10)
+
+
 def test_folder_loader_ignores_stray_files_beside_the_class_folders(tmp_path):
     _write_folder(tmp_path)
     (tmp_path / "validation" / ".DS_Store").write_bytes(b"\0")

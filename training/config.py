@@ -149,7 +149,7 @@ class Config:
     cutmix: float = _field(0.0, "CutMix alpha (0 disables).")
     augment_library: str = _field(
         "keras", "Library of the RandAugment, Mixup and CutMix layers: keras (Keras core) or keras_cv (pip install "
-        '"keras-vit[keras-cv]").', enum_values=list(AUGMENT_LIBRARIES))
+        '"keras-vit-applications[keras-cv]").', enum_values=list(AUGMENT_LIBRARIES))
     shuffle_buffer: int = _field(10_000, "Shuffle buffer in examples.")
     # Optimisation.
     steps: int | None = _field(None, "Training steps (replaces --epochs).", resume="optimisation")
