@@ -196,3 +196,44 @@ def test_killed_run_resumes_with_the_same_command(tmp_path):
     a, b = weights(tmp_path / "killed" / "model.weights.h5"), weights(tmp_path / "full" / "model.weights.h5")
     for name in a:
         np.testing.assert_allclose(a[name], b[name], rtol=0, atol=1e-5, err_msg=name)
+
+
+def test_a_missing_dataset_folder_is_the_error_even_in_the_workdir_of_another_run(tmp_path):
+    from training import config, loop
+    from training.sources import DatasetNotFoundError
+
+    workdir = tmp_path / "workdir"  # the shared default --workdir, holding the last run (the demo)
+    workdir.mkdir()
+    (workdir / "config.json").write_text(config.make_config("demo", steps=4, workdir=str(workdir)).to_json())
+    cfg = config.make_config(None, dataset=f"folder:{tmp_path / 'missing'}", workdir=str(workdir), steps=1)
+    with pytest.raises(DatasetNotFoundError, match=rf"^Image folder '{tmp_path / 'missing'}' does not exist: check"):
+        loop.run(cfg)
+    assert sorted(os.listdir(workdir)) == ["config.json"]  # refused before the workdir was touched
+
+
+def test_published_weights_are_fetched_before_the_dataset_is_downloaded(tmp_path, monkeypatch):
+    import tensorflow_datasets as tfds
+
+    from keras_vit import download
+    from training import config, loop
+
+    order = []
+
+    def offline(entry, cache_dir=None):
+        order.append("weights")
+        raise download.WeightsDownloadError("offline", entry=entry, path="/cache/keras_vit/ti.npz",
+                                            reason="Network is unreachable")
+
+    monkeypatch.setattr(download, "fetch", offline)
+    monkeypatch.setattr(tfds.core.DatasetBuilder, "download_and_prepare", lambda self, *a, **k: order.append("data"))
+    cfg = config.make_config(None, dataset="cifar10", data_dir=str(tmp_path / "tfds"), download=True,
+                             weights="augreg_in21k", model="vit_ti16", workdir=str(tmp_path / "run"))
+    with pytest.raises(download.WeightsDownloadError) as info:
+        loop.run(cfg)
+    assert order == ["weights"]  # the data would be downloaded only after the weights
+    assert str(info.value) == (
+        "Could not download --weights=augreg_in21k for --model=vit_ti16 (Network is unreachable) from "
+        "https://storage.googleapis.com/vit_models/augreg/Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0.npz. "
+        "Check the network (and a proxy, if any), or download that file elsewhere and place it at "
+        "/cache/keras_vit/ti.npz (it is then used without a download); or pass --weights=/path/to/file.npz (a "
+        "checkpoint on disk), or leave out --weights to train from scratch.")

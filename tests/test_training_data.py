@@ -198,3 +198,50 @@ def test_batch_transform_mixes_one_hot_labels():
     np.testing.assert_allclose(labels.numpy().sum(-1), 1.0, atol=1e-5)
     assert float(tf.reduce_min(out)) >= 0.0 and float(tf.reduce_max(out)) <= 255.0
     assert augment.make_batch_transform(num_classes=4) is None
+
+
+def test_download_offline_fails_at_once_naming_the_host_and_how_to_prepare_it_elsewhere(tmp_path, monkeypatch):
+    import tensorflow_datasets as tfds
+
+    attempts, checked = [], []
+    monkeypatch.setattr(tfds.core.DatasetBuilder, "download_and_prepare", lambda self, *a, **k: attempts.append(1))
+    for variable in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setattr(sources, "_connect_error",
+                        lambda host, port, timeout: checked.append((host, port)) or "Network is unreachable")
+    with pytest.raises(sources.DatasetNotFoundError) as info:
+        data.make_dataset("cifar10", "train", data_dir=str(tmp_path), download=True)
+    assert checked == [("www.cs.toronto.edu", 443)] and not attempts  # tfds' retries never start
+    assert str(info.value).startswith(
+        "Could not download dataset 'cifar10' with tensorflow-datasets (network error: www.cs.toronto.edu cannot be "
+        "reached: Network is unreachable). ")
+    assert "--download --data_dir=DIR` there, then copy DIR here" in str(info.value)
+    # Through a proxy, the proxy is what must answer.
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
+    checked.clear()
+    with pytest.raises(sources.DatasetNotFoundError, match="the proxy proxy.example cannot be reached"):
+        data.make_dataset("cifar10", "train", data_dir=str(tmp_path), download=True)
+    assert checked == [("proxy.example", 3128)] and not attempts
+
+
+def test_download_goes_on_to_tensorflow_datasets_when_the_host_answers(tmp_path, monkeypatch):
+    import tensorflow_datasets as tfds
+
+    def fail(self, *args, **kwargs):
+        raise ConnectionResetError(104, "Connection reset by peer")
+
+    monkeypatch.setattr(tfds.core.DatasetBuilder, "download_and_prepare", fail)
+    monkeypatch.setattr(sources, "_connect_error", lambda host, port, timeout: None)
+    with pytest.raises(sources.DatasetNotFoundError, match=r"network error: \[Errno 104\] Connection reset by peer"):
+        data.make_dataset("cifar10", "train", data_dir=str(tmp_path), download=True)
+
+
+def test_connect_error_says_why_a_port_does_not_answer():
+    import socket
+
+    with socket.socket() as unused:  # a local port nothing listens on: refused at once, no network needed
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+        assert sources._connect_error("127.0.0.1", port, timeout=5) == "Connection refused"
+        unused.listen()
+        assert sources._connect_error("127.0.0.1", port, timeout=5) is None

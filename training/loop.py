@@ -39,7 +39,7 @@ from training.config import Config
 from training.finish import FinishMixin
 from training.image_checks import DEFAULT_MAX_IMAGE_PIXELS, check_images
 from training.image_failures import Batches, ImageFailuresMixin
-from training.model import build_model
+from training.model import build_model, fetch_weights
 from training.optim import make_optimizer
 from training.sources import InvalidDatasetError, dataset_source, default_splits, shown_path
 from training.workdir import WorkdirMixin
@@ -102,10 +102,13 @@ class _Run(WorkdirMixin, CheckpointsMixin, ImageFailuresMixin, FinishMixin):
                 f"`global_batch_size` must be a multiple of the {self.replicas} replicas. "
                 f"Received: global_batch_size={cfg.global_batch_size}"
             )
+        # The dataset's name and layout before the workdir: a missing folder is the error to show, not a config
+        # that differs from the last run's in the (shared, default) workdir.
+        default_train, default_eval = default_splits(cfg.dataset, cfg.data_dir)
         self._prepare_workdir()
         self._lock_workdir(cleanup)
         config_changes = self._check_config(resume_with_changes)
-        default_train, default_eval = default_splits(cfg.dataset, cfg.data_dir)
+        fetch_weights(cfg)  # published weights before any dataset download: both failures show on the first try
         self.train_split = cfg.train_split or default_train
         self.eval_split = cfg.eval_split or default_eval
         # Both splits before anything trains: a bad eval image would otherwise stop the run after training.

@@ -346,19 +346,71 @@ def _tfds_builder(name: str, data_dir: str | None):
         ) from error
 
 
+CONNECT_TIMEOUT_S = 10.0
+"""How long `_check_reachable` waits for a dataset's download host (name lookup and TCP connection) before
+`--download` gives up: tensorflow-datasets itself retries a refused connection 10 times, about 210 s."""
+
+
+def _download_failed(name: str, reason: str) -> DatasetNotFoundError:
+    return DatasetNotFoundError(
+        f"Could not download dataset {name!r} with tensorflow-datasets (network error: {reason}). Check the "
+        f"network (and a proxy, if any), or prepare it on a machine with internet access: `python -m "
+        f"training.train --dataset={name} --download --data_dir=DIR` there, then copy DIR here and pass "
+        f"--data_dir=DIR without --download."
+    )
+
+
+def _connect_error(host: str, port: int, timeout: float) -> str | None:
+    """Why a TCP connection to `host:port` fails within `timeout` seconds (the name lookup included), or None."""
+    import socket
+    import threading
+
+    outcome = []
+
+    def connect():
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+            outcome.append(None)
+        except OSError as error:
+            outcome.append(error.strerror or str(error) or type(error).__name__)
+
+    thread = threading.Thread(target=connect, daemon=True)  # getaddrinfo has no timeout of its own
+    thread.start()
+    thread.join(timeout)
+    return outcome[0] if outcome else f"no answer within {timeout:g} s"
+
+
+def _check_reachable(name: str, builder, timeout: float = CONNECT_TIMEOUT_S) -> None:
+    """Raises DatasetNotFoundError at once when the host of the dataset's first download (or the proxy for it)
+    cannot be reached: offline, tensorflow-datasets would retry for minutes. Datasets without a list of their
+    files (no checksums) and other schemes than http(s) are not checked."""
+    import urllib.parse
+    import urllib.request
+
+    urls = [url for url in (builder.url_infos or {}) if url.startswith(("http://", "https://"))]
+    if not urls:
+        return
+    url = urllib.parse.urlsplit(sorted(urls)[0])
+    proxy = urllib.request.getproxies().get(url.scheme)
+    if proxy and not urllib.request.proxy_bypass(url.hostname or ""):
+        target = urllib.parse.urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+        host, port, what = target.hostname, target.port or 80, f"the proxy {target.hostname}"
+    else:
+        host, port, what = url.hostname, url.port or (443 if url.scheme == "https" else 80), url.hostname
+    reason = _connect_error(host, port, timeout)
+    if reason is not None:
+        raise _download_failed(name, f"{what} cannot be reached: {reason}")
+
+
 def _tfds_source(name: str, split: str, data_dir: str | None, download: bool) -> Source:
     tfds = _tfds()
     builder = _tfds_builder(name, data_dir)
-    if download:
+    if download and not builder.is_prepared():
+        _check_reachable(name, builder)
         try:
             builder.download_and_prepare()
         except OSError as error:  # no network, DNS, HTTP (requests' errors are OSErrors); not missing modules
-            raise DatasetNotFoundError(
-                f"Could not download dataset {name!r} with tensorflow-datasets (network error: {error}). Check the "
-                f"network (and a proxy, if any), or prepare it on a machine with internet access: `python -m "
-                f"training.train --dataset={name} --download --data_dir=DIR` there, then copy DIR here and pass "
-                f"--data_dir=DIR without --download."
-            ) from error
+            raise _download_failed(name, str(error)) from error
     try:
         elements = builder.as_dataset(
             split=split,
