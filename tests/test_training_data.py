@@ -245,3 +245,31 @@ def test_connect_error_says_why_a_port_does_not_answer():
         assert sources._connect_error("127.0.0.1", port, timeout=5) == "Connection refused"
         unused.listen()
         assert sources._connect_error("127.0.0.1", port, timeout=5) is None
+
+
+def test_validation_split_holds_out_a_seeded_part_of_each_class_of_a_train_only_or_flat_folder(tmp_path):
+    _write_folder(tmp_path / "nested", splits=("train",), per_class=5)
+    _write_folder(tmp_path / "flat", splits=("train",), per_class=5)
+    for name in os.listdir(tmp_path / "flat" / "train"):  # the flat layout: PATH/<label>/<image>
+        os.rename(tmp_path / "flat" / "train" / name, tmp_path / "flat" / name)
+    os.rmdir(tmp_path / "flat" / "train")
+    for root in ("nested", "flat"):
+        name = f"folder:{tmp_path / root}"
+        fit, held_out = sources.default_splits(name, validation_split=0.4, seed=3)
+        assert (fit, held_out) == ("fit[validation_split=0.4,seed=3]", "held_out[validation_split=0.4,seed=3]")
+        train, evaluation = (sources.folder_listing(str(tmp_path / root), split) for split in (fit, held_out))
+        assert evaluation.class_names == ("blue", "green", "red")
+        assert sorted(evaluation.labels) == [0, 0, 1, 1, 2, 2] and sorted(train.labels) == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+        assert not set(train.paths) & set(evaluation.paths) and len(set(train.paths) | set(evaluation.paths)) == 15
+        again = sources.folder_listing(str(tmp_path / root), held_out)
+        other_seed = sources.folder_listing(str(tmp_path / root), sources.held_out_splits(0.4, seed=4)[1])
+        assert again.paths == evaluation.paths and other_seed.paths != evaluation.paths
+        images, labels = next(iter(data.make_dataset(name, held_out, image_size=8, batch_size=32)[0]))
+        assert images.shape == (6, 8, 8, 3)
+        for image, label in zip(images.numpy(), labels.numpy()):  # each held-out image is of its class's colour
+            expected = np.array(COLOURS[evaluation.class_names[label]], np.float32) / 127.5 - 1.0
+            np.testing.assert_allclose(image[0, 0], expected, atol=1e-6)
+    with pytest.raises(ValueError, match=r"--validation_split holds out part of an image folder.*--dataset=cifar10"):
+        sources.default_splits("cifar10", validation_split=0.2)
+    with pytest.raises(ValueError, match=r"in \(0, 1\). Received: validation_split=1.0"):
+        sources.held_out_splits(1.0, seed=0)

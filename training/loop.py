@@ -104,7 +104,7 @@ class _Run(WorkdirMixin, CheckpointsMixin, ImageFailuresMixin, FinishMixin):
             )
         # The dataset's name and layout before the workdir: a missing folder is the error to show, not a config
         # that differs from the last run's in the (shared, default) workdir.
-        default_train, default_eval = default_splits(cfg.dataset, cfg.data_dir)
+        default_train, default_eval = default_splits(cfg.dataset, cfg.data_dir, cfg.validation_split, cfg.seed)
         self._prepare_workdir()
         self._lock_workdir(cleanup)
         config_changes = self._check_config(resume_with_changes)
@@ -270,9 +270,37 @@ class _Run(WorkdirMixin, CheckpointsMixin, ImageFailuresMixin, FinishMixin):
         loss_sum, correct, count = totals
         return {"eval_loss": loss_sum / count, "eval_accuracy": correct / count, "eval_examples": int(count)}
 
+    def _finished(self, start) -> dict | None:
+        """The metrics of a run that has already trained, evaluated, saved and exported all it was asked to (its
+        `metrics.json` without an `eval_error`, its `model.keras`, its export with `--export`), else None."""
+        cfg = self.cfg
+        path = os.path.join(cfg.workdir, "metrics.json")
+        if start < self.total_steps or not tf.io.gfile.exists(path):
+            return None
+        with tf.io.gfile.GFile(path) as f:
+            metrics = json.loads(f.read())
+        outputs = [os.path.join(cfg.workdir, "model.keras")] + ([self._export_path()] if cfg.export else [])
+        if "eval_error" in metrics or "eval_accuracy" not in metrics or metrics.get("steps") != start or not all(
+                tf.io.gfile.exists(p) for p in outputs):
+            return None
+        return metrics
+
+    def _export_path(self):
+        return os.path.join(self.cfg.workdir, "export", "1")
+
     def train_and_evaluate(self) -> dict:
         cfg = self.cfg
         start = int(self.step.numpy())
+        finished = self._finished(start)
+        if finished is not None:  # nothing to do: no figures of a training that did not happen, no new export
+            export = f" and its export {self._export_path()}" if cfg.export else ""
+            self._print(
+                f"already finished: {cfg.workdir} holds this run, trained for all its {start} steps and evaluated "
+                f"(eval_accuracy={finished['eval_accuracy']:.4f} on {finished.get('eval_examples', '?')} "
+                f"{self.eval_split} images, in {os.path.join(cfg.workdir, 'metrics.json')}); its model is "
+                f"{os.path.join(cfg.workdir, 'model.keras')}{export}. To train it further, pass a larger --steps "
+                f"(or --epochs) with --resume_with_changes; for a new run, another --workdir.")
+            return finished
         if cfg.recipe_reason:
             self._print(f"recipe: {cfg.recipe}, chosen for {cfg.recipe_reason}; --recipe=NAME chooses another")
         else:

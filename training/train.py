@@ -134,6 +134,27 @@ flags.DEFINE_enum("image_check", "decode", ["decode", "headers"], "How a folder 
                   "to decode stops the run naming it, after saving the state reached).")
 
 
+flags.register_validator(
+    "validation_split", lambda value: value is None or 0.0 < value < 1.0,
+    "--validation_split must be a fraction of the training images strictly between 0 and 1, e.g. 0.2 (leave it "
+    "out to evaluate on the folder's test/, val/ or validation/ split)")
+
+
+def _check_validation_split(fv, argv):
+    if fv.validation_split is None:
+        return
+    if not (fv.dataset or "").startswith("folder:"):
+        raise cli.UsageError(
+            f"--validation_split holds out part of an image folder (--dataset=folder:PATH); for another dataset "
+            f"choose the splits with --train_split and --eval_split (e.g. 'train[:90%]' and 'train[90%:]'). "
+            f"Received: --dataset={fv.dataset or 'digits'}")
+    given = [f"--{name}={fv[name].value}" for name in ("train_split", "eval_split") if fv[name].present]
+    if given:
+        raise cli.UsageError(f"--validation_split makes both splits of the folder's training images; leave out "
+                             f"{' and '.join(given)}, or --validation_split. Received: {', '.join(given)}")
+
+
+cli.add_check(FLAGS, _check_validation_split)
 # Once the flags parse, before Keras or TensorFlow is imported: another Keras backend would build the model and
 # then fail in TensorFlow's checkpoint code.
 cli.add_check(FLAGS, lambda fv, argv: backend.check_tensorflow_backend(
