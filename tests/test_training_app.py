@@ -282,3 +282,21 @@ def test_a_bad_validation_split_is_one_usage_error(tmp_path, args, message):
                             cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert (result.returncode, result.stderr.splitlines()) == (2, [message])
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.e2e
+def test_a_flat_folder_trains_and_evaluates_on_its_validation_split(tmp_path):
+    import tensorflow as tf
+
+    for name, colour in (("cat", (220, 30, 30)), ("dog", (30, 30, 220))):  # the flat layout PATH/<label>/
+        os.makedirs(tmp_path / "images" / name)
+        for i in range(6):
+            tf.io.write_file(str(tmp_path / "images" / name / f"{i}.png"),
+                             tf.io.encode_png(np.full((8, 8, 3), colour, np.uint8)))
+    result = train(tmp_path / "run", f"--dataset=folder:{tmp_path / 'images'}", "--validation_split=0.34",
+                   "--steps=2", "--global_batch_size=4", "--export=false")
+    assert result.returncode == 0, result.stderr[-3000:]
+    final = result.stdout.strip().splitlines()[-1]
+    assert " on 4 held_out[validation_split=0.34,seed=0] images after 2 steps" in final  # 2 of each class's 6
+    assert "[fit[validation_split=0.34,seed=0]: 8 images, 2 classes]" in result.stdout
+    assert (tmp_path / "run" / "model.labels.txt").read_text() == "cat\ndog\n"

@@ -17,7 +17,8 @@ The exit status is 1 when the loss diverges (the message names the last good che
 continue from it: a lower --learning_rate with --resume_with_changes), 2 when the run cannot start or its data
 fail (an unwritable or mismatched --workdir, one another run holds, unreadable checkpoints, a missing
 dataset, unusable images, or an image that fails to decode during the run: the state reached is saved
-first); both print one `error: ...` line.
+first; also a Keras backend other than TensorFlow, found before anything is imported); both print one `error: ...`
+line. Rerunning a finished run says so and changes nothing (exit status 0).
 """
 
 from __future__ import annotations
