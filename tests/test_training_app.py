@@ -61,10 +61,18 @@ def test_one_device_run_writes_config_checkpoints_metrics_and_a_summary_line(tmp
     # A different config in the same workdir is refused, naming the field.
     other = train(tmp_path, "--steps=4", "--checkpoint_every=2", "--learning_rate=0.5", "--export=false")
     assert other.returncode != 0 and "learning_rate" in other.stderr
-    # Another checkpoint interval changes nothing computed: the finished run restarts (and only evaluates).
+    # Another checkpoint interval changes nothing computed: the finished run says so, with no new figures.
+    model_written = os.path.getmtime(tmp_path / "model.keras")
     again = train(tmp_path, "--steps=4", "--checkpoint_every=3", "--export=false")
-    assert again.returncode == 0 and "after 4 steps" in again.stdout, again.stderr[-3000:]
-    assert "compiling the training step" not in again.stdout  # nothing left to train: no step compiles
+    assert again.returncode == 0, again.stderr[-3000:]
+    lines = again.stdout.splitlines()  # the restore's line, then what the run is
+    assert not any(line.startswith(("training ", "final:", "exported")) or "images/s" in line for line in lines)
+    assert lines[-1:] == [
+        f"already finished: {tmp_path} holds this run, trained for all its 4 steps and evaluated "
+        f"(eval_accuracy={metrics['eval_accuracy']:.4f} on 359 test images, in {tmp_path / 'metrics.json'}); its "
+        f"model is {tmp_path / 'model.keras'}. To train it further, pass a larger --steps (or --epochs) with "
+        f"--resume_with_changes; for a new run, another --workdir."]
+    assert os.path.getmtime(tmp_path / "model.keras") == model_written  # nothing saved again
 
 
 @pytest.mark.e2e
@@ -196,3 +204,99 @@ def test_killed_run_resumes_with_the_same_command(tmp_path):
     a, b = weights(tmp_path / "killed" / "model.weights.h5"), weights(tmp_path / "full" / "model.weights.h5")
     for name in a:
         np.testing.assert_allclose(a[name], b[name], rtol=0, atol=1e-5, err_msg=name)
+
+
+def test_a_missing_dataset_folder_is_the_error_even_in_the_workdir_of_another_run(tmp_path):
+    from training import config, loop
+    from training.sources import DatasetNotFoundError
+
+    workdir = tmp_path / "workdir"  # the shared default --workdir, holding the last run (the demo)
+    workdir.mkdir()
+    (workdir / "config.json").write_text(config.make_config("demo", steps=4, workdir=str(workdir)).to_json())
+    cfg = config.make_config(None, dataset=f"folder:{tmp_path / 'missing'}", workdir=str(workdir), steps=1)
+    with pytest.raises(DatasetNotFoundError, match=rf"^Image folder '{tmp_path / 'missing'}' does not exist: check"):
+        loop.run(cfg)
+    assert sorted(os.listdir(workdir)) == ["config.json"]  # refused before the workdir was touched
+
+
+def test_published_weights_are_fetched_before_the_dataset_is_downloaded(tmp_path, monkeypatch):
+    import tensorflow_datasets as tfds
+
+    from keras_vit import download
+    from training import config, loop
+
+    order = []
+
+    def offline(entry, cache_dir=None):
+        order.append("weights")
+        raise download.WeightsDownloadError("offline", entry=entry, path="/cache/keras_vit/ti.npz",
+                                            reason="Network is unreachable")
+
+    monkeypatch.setattr(download, "fetch", offline)
+    monkeypatch.setattr(tfds.core.DatasetBuilder, "download_and_prepare", lambda self, *a, **k: order.append("data"))
+    cfg = config.make_config(None, dataset="cifar10", data_dir=str(tmp_path / "tfds"), download=True,
+                             weights="augreg_in21k", model="vit_ti16", workdir=str(tmp_path / "run"))
+    with pytest.raises(download.WeightsDownloadError) as info:
+        loop.run(cfg)
+    assert order == ["weights"]  # the data would be downloaded only after the weights
+    assert str(info.value) == (
+        "Could not download --weights=augreg_in21k for --model=vit_ti16 (Network is unreachable) from "
+        "https://storage.googleapis.com/vit_models/augreg/Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0.npz. "
+        "Check the network (and a proxy, if any), or download that file elsewhere and place it at "
+        "/cache/keras_vit/ti.npz (it is then used without a download); or pass --weights=/path/to/file.npz (a "
+        "checkpoint on disk), or leave out --weights to train from scratch.")
+
+
+def test_a_run_is_finished_only_when_its_evaluation_model_and_export_are_there(tmp_path):
+    import types
+
+    from training import config, loop
+
+    cfg = config.make_config("demo", steps=4, workdir=str(tmp_path))
+    run = types.SimpleNamespace(cfg=cfg, total_steps=4, _export_path=lambda: str(tmp_path / "export" / "1"))
+    metrics = {"eval_accuracy": 0.5, "eval_examples": 359, "steps": 4, "train_images_per_sec": 100.0}
+    (tmp_path / "metrics.json").write_text(json.dumps(metrics))
+    (tmp_path / "model.keras").write_bytes(b"")
+    assert loop._Run._finished(run, 3) is None  # steps left to train
+    assert loop._Run._finished(run, 4) is None  # no export yet (--export): the rerun exports
+    (tmp_path / "export" / "1").mkdir(parents=True)
+    assert loop._Run._finished(run, 4) == metrics
+    (tmp_path / "metrics.json").write_text(json.dumps(dict(metrics, eval_error="cannot decode x.png")))
+    assert loop._Run._finished(run, 4) is None  # the final evaluation failed: the rerun evaluates
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--validation_split=1.5", "--dataset=folder:x"],
+     "error: flag --validation_split=1.5: --validation_split must be a fraction of the training images strictly "
+     "between 0 and 1, e.g. 0.2 (leave it out to evaluate on the folder's test/, val/ or validation/ split)"),
+    (["--validation_split=0.2"],
+     "error: --validation_split holds out part of an image folder (--dataset=folder:PATH); for another dataset "
+     "choose the splits with --train_split and --eval_split (e.g. 'train[:90%]' and 'train[90%:]'). "
+     "Received: --dataset=digits"),
+    (["--validation_split=0.2", "--dataset=folder:x", "--eval_split=test"],
+     "error: --validation_split makes both splits of the folder's training images; leave out --eval_split=test, "
+     "or --validation_split. Received: --eval_split=test"),
+])
+def test_a_bad_validation_split_is_one_usage_error(tmp_path, args, message):
+    result = subprocess.run([sys.executable, "-m", "training.train", f"--workdir={tmp_path / 'run'}", *args],
+                            cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert (result.returncode, result.stderr.splitlines()) == (2, [message])
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.e2e
+def test_a_flat_folder_trains_and_evaluates_on_its_validation_split(tmp_path):
+    import tensorflow as tf
+
+    for name, colour in (("cat", (220, 30, 30)), ("dog", (30, 30, 220))):  # the flat layout PATH/<label>/
+        os.makedirs(tmp_path / "images" / name)
+        for i in range(6):
+            tf.io.write_file(str(tmp_path / "images" / name / f"{i}.png"),
+                             tf.io.encode_png(np.full((8, 8, 3), colour, np.uint8)))
+    result = train(tmp_path / "run", f"--dataset=folder:{tmp_path / 'images'}", "--validation_split=0.34",
+                   "--steps=2", "--global_batch_size=4", "--export=false")
+    assert result.returncode == 0, result.stderr[-3000:]
+    final = result.stdout.strip().splitlines()[-1]
+    assert " on 4 held_out[validation_split=0.34,seed=0] images after 2 steps" in final  # 2 of each class's 6
+    assert "[fit[validation_split=0.34,seed=0]: 8 images, 2 classes]" in result.stdout
+    assert (tmp_path / "run" / "model.labels.txt").read_text() == "cat\ndog\n"

@@ -112,6 +112,19 @@ def test_folder_loader_reads_labels_from_directories_and_finds_the_eval_split(tm
     assert next(iter(train))[0].shape == (4, 8, 8, 3)
 
 
+def test_the_training_stream_never_ends_and_steps_per_epoch_counts_its_full_batches(tmp_path):
+    _write_folder(tmp_path, per_class=3)  # 9 images in each split
+    name = f"folder:{tmp_path}"
+    train, _ = data.make_dataset(name, "train", image_size=8, batch_size=4, training=True)
+    assert int(train.cardinality()) == tf.data.INFINITE_CARDINALITY
+    assert len(list(train.take(7))) == 7  # past the 2 batches of one pass
+    assert data.steps_per_epoch(name, "train", batch_size=4) == 2  # 9 images: 2 full batches, the rest dropped
+    evaluation, _ = data.make_dataset(name, "validation", image_size=8, batch_size=4)
+    assert [len(labels) for _, labels in evaluation] == [4, 4, 1]  # one pass, the last batch partial
+    with pytest.raises(ValueError, match=r"has 9 examples, fewer than one batch.*Received: batch_size=10"):
+        data.steps_per_epoch(name, "train", batch_size=10)
+
+
 def test_folder_loader_ignores_stray_files_beside_the_class_folders(tmp_path):
     _write_folder(tmp_path)
     (tmp_path / "validation" / ".DS_Store").write_bytes(b"\0")
@@ -185,3 +198,78 @@ def test_batch_transform_mixes_one_hot_labels():
     np.testing.assert_allclose(labels.numpy().sum(-1), 1.0, atol=1e-5)
     assert float(tf.reduce_min(out)) >= 0.0 and float(tf.reduce_max(out)) <= 255.0
     assert augment.make_batch_transform(num_classes=4) is None
+
+
+def test_download_offline_fails_at_once_naming_the_host_and_how_to_prepare_it_elsewhere(tmp_path, monkeypatch):
+    import tensorflow_datasets as tfds
+
+    attempts, checked = [], []
+    monkeypatch.setattr(tfds.core.DatasetBuilder, "download_and_prepare", lambda self, *a, **k: attempts.append(1))
+    for variable in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setattr(sources, "_connect_error",
+                        lambda host, port, timeout: checked.append((host, port)) or "Network is unreachable")
+    with pytest.raises(sources.DatasetNotFoundError) as info:
+        data.make_dataset("cifar10", "train", data_dir=str(tmp_path), download=True)
+    assert checked == [("www.cs.toronto.edu", 443)] and not attempts  # tfds' retries never start
+    assert str(info.value).startswith(
+        "Could not download dataset 'cifar10' with tensorflow-datasets (network error: www.cs.toronto.edu cannot be "
+        "reached: Network is unreachable). ")
+    assert "--download --data_dir=DIR` there, then copy DIR here" in str(info.value)
+    # Through a proxy, the proxy is what must answer.
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
+    checked.clear()
+    with pytest.raises(sources.DatasetNotFoundError, match="the proxy proxy.example cannot be reached"):
+        data.make_dataset("cifar10", "train", data_dir=str(tmp_path), download=True)
+    assert checked == [("proxy.example", 3128)] and not attempts
+
+
+def test_download_goes_on_to_tensorflow_datasets_when_the_host_answers(tmp_path, monkeypatch):
+    import tensorflow_datasets as tfds
+
+    def fail(self, *args, **kwargs):
+        raise ConnectionResetError(104, "Connection reset by peer")
+
+    monkeypatch.setattr(tfds.core.DatasetBuilder, "download_and_prepare", fail)
+    monkeypatch.setattr(sources, "_connect_error", lambda host, port, timeout: None)
+    with pytest.raises(sources.DatasetNotFoundError, match=r"network error: \[Errno 104\] Connection reset by peer"):
+        data.make_dataset("cifar10", "train", data_dir=str(tmp_path), download=True)
+
+
+def test_connect_error_says_why_a_port_does_not_answer():
+    import socket
+
+    with socket.socket() as unused:  # a local port nothing listens on: refused at once, no network needed
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+        assert sources._connect_error("127.0.0.1", port, timeout=5) == "Connection refused"
+        unused.listen()
+        assert sources._connect_error("127.0.0.1", port, timeout=5) is None
+
+
+def test_validation_split_holds_out_a_seeded_part_of_each_class_of_a_train_only_or_flat_folder(tmp_path):
+    _write_folder(tmp_path / "nested", splits=("train",), per_class=5)
+    _write_folder(tmp_path / "flat", splits=("train",), per_class=5)
+    for name in os.listdir(tmp_path / "flat" / "train"):  # the flat layout: PATH/<label>/<image>
+        os.rename(tmp_path / "flat" / "train" / name, tmp_path / "flat" / name)
+    os.rmdir(tmp_path / "flat" / "train")
+    for root in ("nested", "flat"):
+        name = f"folder:{tmp_path / root}"
+        fit, held_out = sources.default_splits(name, validation_split=0.4, seed=3)
+        assert (fit, held_out) == ("fit[validation_split=0.4,seed=3]", "held_out[validation_split=0.4,seed=3]")
+        train, evaluation = (sources.folder_listing(str(tmp_path / root), split) for split in (fit, held_out))
+        assert evaluation.class_names == ("blue", "green", "red")
+        assert sorted(evaluation.labels) == [0, 0, 1, 1, 2, 2] and sorted(train.labels) == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+        assert not set(train.paths) & set(evaluation.paths) and len(set(train.paths) | set(evaluation.paths)) == 15
+        again = sources.folder_listing(str(tmp_path / root), held_out)
+        other_seed = sources.folder_listing(str(tmp_path / root), sources.held_out_splits(0.4, seed=4)[1])
+        assert again.paths == evaluation.paths and other_seed.paths != evaluation.paths
+        images, labels = next(iter(data.make_dataset(name, held_out, image_size=8, batch_size=32)[0]))
+        assert images.shape == (6, 8, 8, 3)
+        for image, label in zip(images.numpy(), labels.numpy()):  # each held-out image is of its class's colour
+            expected = np.array(COLOURS[evaluation.class_names[label]], np.float32) / 127.5 - 1.0
+            np.testing.assert_allclose(image[0, 0], expected, atol=1e-6)
+    with pytest.raises(ValueError, match=r"--validation_split holds out part of an image folder.*--dataset=cifar10"):
+        sources.default_splits("cifar10", validation_split=0.2)
+    with pytest.raises(ValueError, match=r"in \(0, 1\). Received: validation_split=1.0"):
+        sources.held_out_splits(1.0, seed=0)

@@ -137,6 +137,9 @@ class Config:
     download: bool = _field(False, "Let tensorflow-datasets download and prepare a missing dataset.", resume="free")
     train_split: str | None = _field(None, "Training split (default train).")
     eval_split: str | None = _field(None, "Evaluation split (default test, val or validation).")
+    validation_split: float | None = _field(  # None: none held out (training.sources.held_out_splits)
+        None, "Fraction of each class of a folder dataset's training images held out for the evaluation, chosen at "
+        "random by --seed (e.g. 0.2), for an image folder with only train/ or a flat PATH/<label>/ layout; in (0, 1).")
     image_size: int = _field(16, "Training and evaluation resolution.", lower_bound=1)
     crop: str = _field("inception", "Training crop: inception (random-resized), translate (random shift by up to 8% "
                        "of the side, bilinear, reflected borders) or none.", enum_values=list(CROPS))
@@ -314,6 +317,9 @@ def _validate(cfg: Config) -> None:
         raise ValueError(f"`weight_decay` must be >= 0. Received: weight_decay={cfg.weight_decay}")
     if cfg.warmup_steps < 0:
         raise ValueError(f"`warmup_steps` must be >= 0. Received: warmup_steps={cfg.warmup_steps}")
+    if cfg.validation_split is not None and not 0.0 < cfg.validation_split < 1.0:
+        raise ValueError(f"`validation_split` must be a fraction in (0, 1). Received: "
+                         f"validation_split={cfg.validation_split!r}")
     if not 0.0 < cfg.crop_min_area <= 1.0:
         raise ValueError(f"`crop_min_area` must be in (0, 1]. Received: crop_min_area={cfg.crop_min_area}")
     if cfg.mixup < 0 or cfg.cutmix < 0:

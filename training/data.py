@@ -16,6 +16,11 @@ equals the uninterrupted one. The Keras RandAugment / Mixup / CutMix layers (`tr
 their own seeded generators, which restart on resume (seeded by `seed` and the resume step), the one part
 that tf.data cannot replay exactly.
 
+Epochs: with `training=True` the dataset never ends (it is the app's step-indexed stream, each epoch shuffled by
+its own seed), so `model.fit` on it needs `steps_per_epoch` (`steps_per_epoch(name, split, batch_size)`: the full
+batches of one pass); with `training=False` it is one ordered pass over the split (finite, for evaluation or
+`validation_data`).
+
 Sources: `training.sources` (`"digits"`, `"folder:PATH"`, a tensorflow-datasets name); the checks of a folder
 dataset's image files: `training.image_checks`.
 
@@ -24,6 +29,8 @@ Example:
     >>> images, labels = next(iter(ds))
     >>> images.shape, num_classes
     (TensorShape([8, 32, 32, 3]), 10)
+    >>> steps_per_epoch("digits", "train", batch_size=64)  # 1,438 images: 22 full batches a pass
+    22
 """
 
 from __future__ import annotations
@@ -62,7 +69,8 @@ def make_dataset(
         data_dir: tensorflow-datasets data directory (None: tfds' default, `~/tensorflow_datasets`).
         image_size: side of the square output images.
         batch_size: the batch size of this pipeline (per replica under `tf.distribute`).
-        training: shuffle, repeat forever, Inception-crop and flip; else one ordered pass, resized.
+        training: shuffle, repeat forever, Inception-crop and flip; else one ordered pass, resized. The repeated
+            dataset has no end: `model.fit(ds, steps_per_epoch=steps_per_epoch(name, split, batch_size), ...)`.
         seed: seed of the shuffle and of the per-element crops and flips.
         crop: `"inception"` (random-resized crop) or `"none"` (resize only) for training.
         crop_min_area: smallest crop area as a fraction of the image (0.05 in the official code).
@@ -77,7 +85,8 @@ def make_dataset(
 
     Returns:
         `(dataset, num_classes)`: batches of float32 images in [-1, 1], shape (B, S, S, 3), and labels
-        (int32, or float one-hot rows when `batch_transform` mixes labels).
+        (int32, or float one-hot rows when `batch_transform` mixes labels). With `training=True` the dataset
+        is infinite (its cardinality is `tf.data.INFINITE_CARDINALITY`); with `training=False` finite.
     """
     source = dataset_source(name, split, data_dir, download, skip_files)
     ds = source.elements
@@ -108,6 +117,8 @@ def make_dataset(
             return to_model_range(images), labels
 
         ds = ds.map(finish, num_parallel_calls=None if batch_transform is not None else tf.data.AUTOTUNE)
+        # Said, not only true: `len(ds)` refuses and `ds.cardinality()` tells user code that it never ends.
+        ds = ds.apply(tf.data.experimental.assert_cardinality(tf.data.INFINITE_CARDINALITY))
     else:
         ds = ds.map(
             lambda image, label: (to_model_range(eval_image(source.decode(image), size)), label),
@@ -118,6 +129,22 @@ def make_dataset(
     options.deterministic = True
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
     return ds.with_options(options).prefetch(tf.data.AUTOTUNE), source.num_classes
+
+
+def steps_per_epoch(name: str, split: str, batch_size: int, data_dir: str | None = None, skip_files=()) -> int:
+    """The full batches of one pass over `split`: `model.fit`'s `steps_per_epoch` for the endless training
+    dataset of `make_dataset(..., training=True)` (which drops the last partial batch of the stream).
+
+    Raises:
+        ValueError: a `batch_size` that is not positive, or a split with fewer examples than one batch.
+    """
+    if batch_size <= 0:
+        raise ValueError(f"`batch_size` must be positive. Received: batch_size={batch_size}")
+    num_examples = dataset_source(name, split, data_dir, skip_files=skip_files).num_examples
+    if num_examples < batch_size:
+        raise ValueError(f"Split {split!r} of dataset {name!r} has {num_examples} examples, fewer than one batch: pass "
+                         f"a batch_size of at most {num_examples}. Received: batch_size={batch_size}")
+    return num_examples // batch_size
 
 
 def _epochs_from(elements, num_examples, seed, shuffle_buffer, start_index):

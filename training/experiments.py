@@ -43,6 +43,7 @@ import typing
 from absl import flags
 
 from keras_vit import cli
+from training import backend
 from training.experiments_models import MODELS, PATCH, PRESETS, STUDIES, models_of
 
 
@@ -251,6 +252,9 @@ def _check(fv, argv):
         raise cli.UsageError(text) from None
 
 
+# First, before any import: the studies use tf.data, tf.distribute and TensorFlow's tracing (forward_flops).
+cli.add_check(FLAGS, lambda fv, argv: backend.check_tensorflow_backend(
+    "training.experiments", "tf.data, tf.distribute and TensorFlow to count FLOPs"))
 cli.add_check(FLAGS, _check)
 
 

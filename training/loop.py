@@ -39,7 +39,7 @@ from training.config import Config
 from training.finish import FinishMixin
 from training.image_checks import DEFAULT_MAX_IMAGE_PIXELS, check_images
 from training.image_failures import Batches, ImageFailuresMixin
-from training.model import build_model
+from training.model import build_model, fetch_weights
 from training.optim import make_optimizer
 from training.sources import InvalidDatasetError, dataset_source, default_splits, shown_path
 from training.workdir import WorkdirMixin
@@ -102,10 +102,13 @@ class _Run(WorkdirMixin, CheckpointsMixin, ImageFailuresMixin, FinishMixin):
                 f"`global_batch_size` must be a multiple of the {self.replicas} replicas. "
                 f"Received: global_batch_size={cfg.global_batch_size}"
             )
+        # The dataset's name and layout before the workdir: a missing folder is the error to show, not a config
+        # that differs from the last run's in the (shared, default) workdir.
+        default_train, default_eval = default_splits(cfg.dataset, cfg.data_dir, cfg.validation_split, cfg.seed)
         self._prepare_workdir()
         self._lock_workdir(cleanup)
         config_changes = self._check_config(resume_with_changes)
-        default_train, default_eval = default_splits(cfg.dataset, cfg.data_dir)
+        fetch_weights(cfg)  # published weights before any dataset download: both failures show on the first try
         self.train_split = cfg.train_split or default_train
         self.eval_split = cfg.eval_split or default_eval
         # Both splits before anything trains: a bad eval image would otherwise stop the run after training.
@@ -267,9 +270,37 @@ class _Run(WorkdirMixin, CheckpointsMixin, ImageFailuresMixin, FinishMixin):
         loss_sum, correct, count = totals
         return {"eval_loss": loss_sum / count, "eval_accuracy": correct / count, "eval_examples": int(count)}
 
+    def _finished(self, start) -> dict | None:
+        """The metrics of a run that has already trained, evaluated, saved and exported all it was asked to (its
+        `metrics.json` without an `eval_error`, its `model.keras`, its export with `--export`), else None."""
+        cfg = self.cfg
+        path = os.path.join(cfg.workdir, "metrics.json")
+        if start < self.total_steps or not tf.io.gfile.exists(path):
+            return None
+        with tf.io.gfile.GFile(path) as f:
+            metrics = json.loads(f.read())
+        outputs = [os.path.join(cfg.workdir, "model.keras")] + ([self._export_path()] if cfg.export else [])
+        if "eval_error" in metrics or "eval_accuracy" not in metrics or metrics.get("steps") != start or not all(
+                tf.io.gfile.exists(p) for p in outputs):
+            return None
+        return metrics
+
+    def _export_path(self):
+        return os.path.join(self.cfg.workdir, "export", "1")
+
     def train_and_evaluate(self) -> dict:
         cfg = self.cfg
         start = int(self.step.numpy())
+        finished = self._finished(start)
+        if finished is not None:  # nothing to do: no figures of a training that did not happen, no new export
+            export = f" and its export {self._export_path()}" if cfg.export else ""
+            self._print(
+                f"already finished: {cfg.workdir} holds this run, trained for all its {start} steps and evaluated "
+                f"(eval_accuracy={finished['eval_accuracy']:.4f} on {finished.get('eval_examples', '?')} "
+                f"{self.eval_split} images, in {os.path.join(cfg.workdir, 'metrics.json')}); its model is "
+                f"{os.path.join(cfg.workdir, 'model.keras')}{export}. To train it further, pass a larger --steps "
+                f"(or --epochs) with --resume_with_changes; for a new run, another --workdir.")
+            return finished
         if cfg.recipe_reason:
             self._print(f"recipe: {cfg.recipe}, chosen for {cfg.recipe_reason}; --recipe=NAME chooses another")
         else:

@@ -71,6 +71,37 @@ def check_model(cfg, recipe: dict | None = None) -> None:
             )
 
 
+def fetch_weights(cfg) -> str | None:
+    """Downloads the published checkpoint that `cfg.weights` names into the Keras cache (once; `build_model` then
+    reads it there) and returns its path; None for other weights. The app calls it before any dataset download, so
+    that weights that cannot be fetched show on the first try, not after the data.
+
+    Raises:
+        ModelBuildError: a name that is not published for the model.
+        keras_vit.WeightsDownloadError: the download failed (the message in the app's flag spelling).
+    """
+    from keras_vit import weights as weights_table
+
+    if is_bit(cfg.model) or not weights_table.is_name(cfg.weights):
+        return None
+    from keras_vit import download, weights_files
+
+    variant = variants.find_variant(cfg.model_kwargs())  # as keras_vit.ViT finds it
+    try:
+        return weights_files.resolve_path(cfg.weights, None if variant is None else variant.name)[0]
+    except ValueError as error:
+        raise ModelBuildError(f"cannot build --model={cfg.model} with --weights={cfg.weights}: {error}") from None
+    except download.WeightsDownloadError as error:
+        entry = error.entry
+        raise download.WeightsDownloadError(
+            f"Could not download --weights={cfg.weights} for --model={cfg.model} ({error.reason}) from "
+            f"{entry.url}. Check the network (and a proxy, if any), or download that file elsewhere and place it at "
+            f"{error.path} (it is then used without a download); or pass --weights=/path/to/file.npz (a checkpoint "
+            f"on disk), or leave out --weights to train from scratch.",
+            entry=entry, path=error.path, reason=error.reason,
+        ) from None
+
+
 def build_model(cfg, num_classes: int):
     """The `keras.Model` for `cfg` (a `training.config.Config`), returning logits (no softmax).
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import stat
 
 import numpy as np
@@ -78,8 +79,40 @@ def shown_path(path) -> str:
     return raw.decode("utf-8", "backslashreplace")
 
 
-def default_splits(name: str, data_dir: str | None = None) -> tuple[str, str]:
-    """(train split, eval split) for a dataset: `train` and the first of test/val/validation present."""
+def held_out_splits(fraction: float, seed: int) -> tuple[str, str]:
+    """The (train, evaluation) split names of a folder dataset whose evaluation images are `fraction` of each
+    class of its training images (`PATH/train/<label>/` or a flat `PATH/<label>/`), chosen at random by `seed`.
+
+    Example:
+        >>> held_out_splits(0.2, seed=0)
+        ('fit[validation_split=0.2,seed=0]', 'held_out[validation_split=0.2,seed=0]')
+    """
+    if not 0.0 < fraction < 1.0:
+        raise ValueError(f"`validation_split` must be a fraction in (0, 1). Received: validation_split={fraction!r}")
+    spec = f"[validation_split={fraction:g},seed={int(seed)}]"
+    return f"fit{spec}", f"held_out{spec}"
+
+
+_HELD_OUT = re.compile(r"^(fit|held_out)\[validation_split=([0-9.e-]+),seed=(-?\d+)\]$")
+
+
+def _held_out(split: str):
+    """(part, fraction, seed) of a `held_out_splits` name, else None."""
+    match = _HELD_OUT.match(split)
+    return None if match is None else (match.group(1), float(match.group(2)), int(match.group(3)))
+
+
+def default_splits(name: str, data_dir: str | None = None, validation_split: float | None = None,
+                   seed: int = 0) -> tuple[str, str]:
+    """(train split, eval split) for a dataset: `train` and the first of test/val/validation present; with
+    `validation_split` (a folder dataset only), `held_out_splits(validation_split, seed)`."""
+    if validation_split is not None:
+        if not name.startswith("folder:"):
+            raise ValueError(f"--validation_split holds out part of an image folder (--dataset=folder:PATH); "
+                             f"for another dataset choose the splits with --train_split and --eval_split (e.g. "
+                             f"'train[:90%]' and 'train[90%:]'). Received: --dataset={name}")
+        _check_folder_layout(name[len("folder:"):], flat=True)
+        return held_out_splits(validation_split, seed)
     if name == "digits":
         return "train", "test"
     if name.startswith("folder:"):
@@ -94,7 +127,8 @@ def default_splits(name: str, data_dir: str | None = None) -> tuple[str, str]:
             f"No evaluation split in image folder {root!r}: expected {_EVAL_LAYOUT.format(root=shown_path(root))} next "
             f"to {shown_path(os.path.join(root, 'train'))}/, but beside train/ {found}. Move some images of each class "
             f"there "
-            f"(or name the evaluation folder test, val or validation). Received: dataset={name!r}"
+            f"(or name the evaluation folder test, val or validation), or pass --validation_split=0.2 to hold out a "
+            f"fifth of each class of train/. Received: dataset={name!r}"
         )
     splits = _tfds_builder(name, data_dir).info.splits
     for split in EVAL_SPLIT_NAMES:
@@ -149,7 +183,7 @@ def _holds_images(folder: str) -> bool:
         return any(e.is_file() and e.name.lower().endswith(IMAGE_EXTENSIONS) for e in entries)
 
 
-def _check_folder_layout(root: str) -> None:
+def _check_folder_layout(root: str, flat: bool = False) -> None:
     """Refuses a folder dataset that is not `PATH/train/<label>/<image>`, saying what was found instead.
 
     Raises:
@@ -175,13 +209,16 @@ def _check_folder_layout(root: str) -> None:
     entries = sorted(os.listdir(root))
     folders = [e for e in entries if os.path.isdir(os.path.join(root, e))]
     class_folders = [f for f in folders if _holds_images(os.path.join(root, f))]
+    if class_folders and flat:  # --validation_split: the class folders are the training images
+        return
     if class_folders:
         raise InvalidDatasetError(
             f"Image folder {root!r} has no train/ folder: expected {expected}, but found {len(class_folders)} "
             f"folder(s) holding images directly: {_listing(shown_path(f) for f in class_folders)}. Move them under "
             f"{shown_path(os.path.join(root, 'train'))}/ and put a test split beside it "
             f"({shown}/test/<label>/<image>, the "
-            f"same labels). Received: dataset={name!r}"
+            f"same labels), or pass --validation_split=0.2 to hold out a fifth of each class. "
+            f"Received: dataset={name!r}"
         )
     if _holds_images(root):
         raise InvalidDatasetError(
@@ -214,9 +251,10 @@ def _folder_files(root: str, split: str) -> tuple[tuple[str, ...], list, list]:
 def folder_listing(root: str, split: str) -> FolderListing:
     """The image files of `split` (regular files with an image extension, sorted), their labels (class folders
     of `train`, sorted) and the entries left out with why."""
-    train_dir = os.path.join(root, "train")
-    split_dir = os.path.join(root, split)
-    _check_folder_layout(root)
+    held_out = _held_out(split)
+    train_dir = _train_dir(root)
+    split_dir = train_dir if held_out else os.path.join(root, split)
+    _check_folder_layout(root, flat=held_out is not None)
     if not os.path.isdir(split_dir):
         beside = sorted(e for e in os.listdir(root) if os.path.isdir(os.path.join(root, e)))
         raise DatasetNotFoundError(
@@ -250,7 +288,31 @@ def folder_listing(root: str, split: str) -> FolderListing:
     unknown = sorted({d for d in os.listdir(split_dir) if os.path.isdir(os.path.join(split_dir, d))} - set(class_names))
     if unknown:
         raise ValueError(f"Split {split!r} has labels that 'train' lacks. Received: {unknown}")
+    if held_out:
+        keep = _held_out_part(labels, *held_out)
+        paths, labels = [paths[i] for i in keep], [labels[i] for i in keep]
     return FolderListing(class_names, paths, labels, ignored)
+
+
+def _train_dir(root: str) -> str:
+    """`root/train`, or `root` itself for a flat layout (class folders directly in it: --validation_split)."""
+    train_dir = os.path.join(root, "train")
+    return train_dir if os.path.isdir(train_dir) or not os.path.isdir(root) else root
+
+
+def _held_out_part(labels, part, fraction, seed) -> list:
+    """The indices (sorted) of `part` ("fit" or "held_out"): of each class's n files, round(fraction * n) held
+    out (at least one, but never all of them), chosen by a permutation seeded by `(seed, class)`."""
+    by_class = {}
+    for index, label in enumerate(labels):
+        by_class.setdefault(label, []).append(index)
+    chosen = []
+    for label, indices in by_class.items():
+        count = min(max(round(fraction * len(indices)), 1), len(indices) - 1)
+        order = np.random.default_rng([int(seed) & 0xFFFFFFFF, label]).permutation(len(indices))
+        held = set(order[:count].tolist())
+        chosen += [index for i, index in enumerate(indices) if (i in held) == (part == "held_out")]
+    return sorted(chosen)
 
 
 def _not_regular(entry) -> str | None:
@@ -291,7 +353,7 @@ def _check_class_folders(root: str, class_names, skip_files) -> None:
     """Refuses a `train` class folder without (usable) images: the head would get a class never trained."""
     empty = []
     for class_name in class_names:
-        class_dir = os.path.join(root, "train", class_name)
+        class_dir = os.path.join(_train_dir(root), class_name)
         with os.scandir(class_dir) as entries:
             if not any(e.name.lower().endswith(IMAGE_EXTENSIONS) and e.path not in skip_files and not _not_regular(e)
                        for e in entries):
@@ -299,7 +361,7 @@ def _check_class_folders(root: str, class_names, skip_files) -> None:
     if empty:
         skipped = " (after skipping the bad images)" if skip_files else ""
         raise InvalidDatasetError(
-            f"{len(empty)} class folder(s) of {os.path.join(root, 'train')!r} hold no images{skipped}: "
+            f"{len(empty)} class folder(s) of {_train_dir(root)!r} hold no images{skipped}: "
             f"{', '.join(empty[:5])}{' ...' if len(empty) > 5 else ''}. Each would be a class of the head that is "
             f"never trained: add images ({', '.join(IMAGE_EXTENSIONS)}) to it or delete the folder. "
             f"Received: dataset='folder:{shown_path(root)}'"
@@ -346,19 +408,71 @@ def _tfds_builder(name: str, data_dir: str | None):
         ) from error
 
 
+CONNECT_TIMEOUT_S = 10.0
+"""How long `_check_reachable` waits for a dataset's download host (name lookup and TCP connection) before
+`--download` gives up: tensorflow-datasets itself retries a refused connection 10 times, about 210 s."""
+
+
+def _download_failed(name: str, reason: str) -> DatasetNotFoundError:
+    return DatasetNotFoundError(
+        f"Could not download dataset {name!r} with tensorflow-datasets (network error: {reason}). Check the "
+        f"network (and a proxy, if any), or prepare it on a machine with internet access: `python -m "
+        f"training.train --dataset={name} --download --data_dir=DIR` there, then copy DIR here and pass "
+        f"--data_dir=DIR without --download."
+    )
+
+
+def _connect_error(host: str, port: int, timeout: float) -> str | None:
+    """Why a TCP connection to `host:port` fails within `timeout` seconds (the name lookup included), or None."""
+    import socket
+    import threading
+
+    outcome = []
+
+    def connect():
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+            outcome.append(None)
+        except OSError as error:
+            outcome.append(error.strerror or str(error) or type(error).__name__)
+
+    thread = threading.Thread(target=connect, daemon=True)  # getaddrinfo has no timeout of its own
+    thread.start()
+    thread.join(timeout)
+    return outcome[0] if outcome else f"no answer within {timeout:g} s"
+
+
+def _check_reachable(name: str, builder, timeout: float = CONNECT_TIMEOUT_S) -> None:
+    """Raises DatasetNotFoundError at once when the host of the dataset's first download (or the proxy for it)
+    cannot be reached: offline, tensorflow-datasets would retry for minutes. Datasets without a list of their
+    files (no checksums) and other schemes than http(s) are not checked."""
+    import urllib.parse
+    import urllib.request
+
+    urls = [url for url in (builder.url_infos or {}) if url.startswith(("http://", "https://"))]
+    if not urls:
+        return
+    url = urllib.parse.urlsplit(sorted(urls)[0])
+    proxy = urllib.request.getproxies().get(url.scheme)
+    if proxy and not urllib.request.proxy_bypass(url.hostname or ""):
+        target = urllib.parse.urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+        host, port, what = target.hostname, target.port or 80, f"the proxy {target.hostname}"
+    else:
+        host, port, what = url.hostname, url.port or (443 if url.scheme == "https" else 80), url.hostname
+    reason = _connect_error(host, port, timeout)
+    if reason is not None:
+        raise _download_failed(name, f"{what} cannot be reached: {reason}") from ConnectionError(reason)
+
+
 def _tfds_source(name: str, split: str, data_dir: str | None, download: bool) -> Source:
     tfds = _tfds()
     builder = _tfds_builder(name, data_dir)
-    if download:
+    if download and not builder.is_prepared():
+        _check_reachable(name, builder)
         try:
             builder.download_and_prepare()
         except OSError as error:  # no network, DNS, HTTP (requests' errors are OSErrors); not missing modules
-            raise DatasetNotFoundError(
-                f"Could not download dataset {name!r} with tensorflow-datasets (network error: {error}). Check the "
-                f"network (and a proxy, if any), or prepare it on a machine with internet access: `python -m "
-                f"training.train --dataset={name} --download --data_dir=DIR` there, then copy DIR here and pass "
-                f"--data_dir=DIR without --download."
-            ) from error
+            raise _download_failed(name, str(error)) from error
     try:
         elements = builder.as_dataset(
             split=split,

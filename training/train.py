@@ -17,7 +17,8 @@ The exit status is 1 when the loss diverges (the message names the last good che
 continue from it: a lower --learning_rate with --resume_with_changes), 2 when the run cannot start or its data
 fail (an unwritable or mismatched --workdir, one another run holds, unreadable checkpoints, a missing
 dataset, unusable images, or an image that fails to decode during the run: the state reached is saved
-first); both print one `error: ...` line.
+first; also a Keras backend other than TensorFlow, found before anything is imported); both print one `error: ...`
+line. Rerunning a finished run says so and changes nothing (exit status 0).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ cli.quiet_start()  # before TensorFlow loads: its start-up lines would bury the 
 
 from absl import app, flags, logging  # noqa: E402
 
+from training import backend  # noqa: E402
 from training import config as config_lib  # noqa: E402
 from training import recipes  # noqa: E402
 
@@ -131,6 +133,33 @@ flags.DEFINE_enum("image_check", "decode", ["decode", "headers"], "How a folder 
                   "before training: decode (headers, then every image but a BMP decoded once with TensorFlow, "
                   "in parallel) or headers (headers only: faster on very large folders; an image that then fails "
                   "to decode stops the run naming it, after saving the state reached).")
+
+
+flags.register_validator(
+    "validation_split", lambda value: value is None or 0.0 < value < 1.0,
+    "--validation_split must be a fraction of the training images strictly between 0 and 1, e.g. 0.2 (leave it "
+    "out to evaluate on the folder's test/, val/ or validation/ split)")
+
+
+def _check_validation_split(fv, argv):
+    if fv.validation_split is None:
+        return
+    if not (fv.dataset or "").startswith("folder:"):
+        raise cli.UsageError(
+            f"--validation_split holds out part of an image folder (--dataset=folder:PATH); for another dataset "
+            f"choose the splits with --train_split and --eval_split (e.g. 'train[:90%]' and 'train[90%:]'). "
+            f"Received: --dataset={fv.dataset or 'digits'}")
+    given = [f"--{name}={fv[name].value}" for name in ("train_split", "eval_split") if fv[name].present]
+    if given:
+        raise cli.UsageError(f"--validation_split makes both splits of the folder's training images; leave out "
+                             f"{' and '.join(given)}, or --validation_split. Received: {', '.join(given)}")
+
+
+cli.add_check(FLAGS, _check_validation_split)
+# Once the flags parse, before Keras or TensorFlow is imported: another Keras backend would build the model and
+# then fail in TensorFlow's checkpoint code.
+cli.add_check(FLAGS, lambda fv, argv: backend.check_tensorflow_backend(
+    "training.train", "tf.data, tf.distribute and TF checkpoints"))
 
 
 def config_from_flags() -> config_lib.Config:

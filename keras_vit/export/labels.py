@@ -2,9 +2,11 @@
 
 A trained `.keras` model keeps its labels in a sidecar file beside it: `<path without .keras>.labels.txt`
 (`model.labels.txt` beside `model.keras`), one label a line (`sidecar_path`, `write`, `read`); the export CLI
-uses it when no `--labels` is given.
+uses it when no `--labels` is given. A Hugging Face checkpoint names its classes in its `config.json`
+(`id2label`): `huggingface_labels` reads them.
 """
 
+import json
 import logging
 import os
 
@@ -24,6 +26,27 @@ def default_labels(classes: int) -> list[str]:
         else:
             return [str(name) for name in class_names(classes)]
     return [f"class_{i}" for i in range(classes)]
+
+
+def huggingface_labels(weights, classes: int) -> list[str] | None:
+    """The class names in the `id2label` of a Hugging Face checkpoint's `config.json` (`weights`: its folder, its
+    `.safetensors` file or that `config.json`), when it names exactly `classes` classes `0..classes-1` with names of
+    its own (not the `LABEL_{i}` transformers writes by default); else None.
+    """
+    path = os.fspath(weights) if isinstance(weights, (str, os.PathLike)) else None
+    if path is None:
+        return None
+    config = path if path.endswith(".json") else os.path.join(
+        path if os.path.isdir(path) else os.path.dirname(path), "config.json")
+    try:
+        with open(config, encoding="utf-8") as file:
+            id2label = json.load(file).get("id2label")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(id2label, dict) or set(id2label) != {str(i) for i in range(classes)}:  # JSON keys: text
+        return None
+    labels = [str(id2label[str(i)]) for i in range(classes)]
+    return None if labels == [f"LABEL_{i}" for i in range(classes)] else labels
 
 
 def resolve(labels, classes: int) -> list[str]:
