@@ -62,6 +62,8 @@ def _labels(classes):
         found = labels.read(sidecar)
         if len(found) == classes:
             return found
+    if FLAGS.weights.lower() != "none" and (own := labels.huggingface_labels(FLAGS.weights, classes)):
+        return own  # a Hugging Face checkpoint's own id2label
     if FLAGS.weights.lower() != "none" or keras_file:
         return labels.default_labels(classes)
     return None  # random weights: the class names would only mislead

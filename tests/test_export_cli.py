@@ -147,3 +147,26 @@ def test_onnx_format(keras_file, tmp_path):
     base = str(tmp_path / "tiny")
     assert main(["--model", keras_file, "--out", base, "--format", "onnx"]) == 0
     assert os.path.getsize(os.path.join(base, "onnx", "model.onnx")) > 0
+
+
+@pytest.mark.e2e
+def test_a_hugging_face_folders_id2label_names_the_exported_classes(tmp_path, capsys, monkeypatch):
+    """A Hugging Face checkpoint exported as it is keeps its own class names (config.json's id2label)."""
+    import json
+    import shutil
+
+    import keras_vit
+    from keras_vit import cli
+
+    folder = tmp_path / "hf"
+    shutil.copytree(os.path.join(os.path.dirname(__file__), "data", "torch_golden", "hf_gelu"), folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["id2label"] = {"0": "cat", "1": "dog", "2": "bird"}
+    (folder / "config.json").write_text(json.dumps(config))
+    base = str(tmp_path / "served")
+    # the fixture is no published variant, which --model must name: the model is the checkpoint's own
+    monkeypatch.setattr(cli, "model_from_flags", lambda flag_values: keras_vit.ViT(weights=str(folder)))
+    assert main(["--model=vit_ti16", f"--weights={folder}", "--out", base]) == 0
+    assert f"labels: 3 from the id2label of {folder}" in capsys.readouterr().out
+    with open(os.path.join(base, "1", "assets", "labels.txt"), encoding="utf-8") as file:
+        assert file.read().split() == ["cat", "dog", "bird"]

@@ -153,6 +153,12 @@ def run(argv):
     _refuse_existing([path for _, path in targets], FLAGS.overwrite)
     labels = labels_from_flags()
     model = cli.model_from_flags(FLAGS)
+    if labels is None and FLAGS.weights:  # a Hugging Face checkpoint exported as it is: its own id2label
+        from keras_vit.export import labels as label_utils
+
+        labels = label_utils.huggingface_labels(FLAGS.weights, int(model.output_shape[-1]))
+        if labels is not None:
+            cli.progress(f"labels: {len(labels)} from the id2label of {FLAGS.weights}")
     if FLAGS.format == "saved_model":
         cli.progress(f"exporting a SavedModel to {out} ...")
         written = [export.export_saved_model(

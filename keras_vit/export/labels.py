@@ -39,6 +39,8 @@ def huggingface_labels(weights, classes: int) -> list[str] | None:
     config = path if path.endswith(".json") else os.path.join(
         path if os.path.isdir(path) else os.path.dirname(path), "config.json")
     try:
+        if not os.path.isfile(config) or os.path.getsize(config) > 16 * 2**20:  # a regular file of a config's size
+            return None
         with open(config, encoding="utf-8") as file:
             id2label = json.load(file).get("id2label")
     except (OSError, ValueError, AttributeError):
