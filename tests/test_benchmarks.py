@@ -322,3 +322,17 @@ def test_train_memory_reports_stages_trace_and_xla_temp(tmp_path):
     assert re.search(r"resident MiB over the first step \(s:MiB\): [0-9.]+:\d+", done.stdout)
     temp = re.search(r"XLA preallocated temporary buffer of the step: (\d+) MiB", done.stdout)
     assert temp and list(dump.glob("*buffer-assignment.txt"))
+
+
+@pytest.mark.e2e
+def test_file_bombs_benchmark_refuses_its_cases(tmp_path):
+    """benchmarks/file_bombs.py runs and every case it makes is refused within its bounds (two cases here)."""
+    out = tmp_path / "bombs.json"
+    result = subprocess.run([sys.executable, os.path.join(REPO, "benchmarks", "file_bombs.py"), "--json", str(out),
+                             "--cases", "config 10**6 layers", "--cases", "int64 class token 2**62"],
+                            capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert result.returncode == 0, result.stdout + result.stderr
+    results = json.loads(out.read_text())["results"]
+    assert results["baseline (good file)"]["outcome"] == "loaded"
+    assert results["config 10**6 layers"]["outcome"].startswith("refused: ")
+    assert "int64" in results["int64 class token 2**62"]["outcome"]
