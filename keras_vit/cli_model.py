@@ -14,6 +14,7 @@ import os
 from absl import flags
 
 from keras_vit import variants
+from keras_vit.checkpoints.untrusted import FIELD_LIMITS
 from keras_vit.console import progress
 
 flags.disclaim_key_flags()  # the flags defined here belong to the tool that calls the helpers
@@ -154,8 +155,8 @@ def define_image_size(flag_values=flags.FLAGS, *, help=None):
     """`--image_size`: the input side of a variant (resamples the position embedding of loaded weights)."""
     return flags.DEFINE_integer(
         "image_size", None, help or "Input height and width for a variant name, a multiple of the patch size "
-        "(default: the weights' resolution, 224 without weights); resamples the position embedding.",
-        lower_bound=1, flag_values=flag_values,
+        f"(default: the weights' resolution, 224 without weights; at most {FIELD_LIMITS['image_side']}); resamples the "
+        "position embedding.", lower_bound=1, upper_bound=FIELD_LIMITS["image_side"], flag_values=flag_values,
     )
 
 
@@ -163,7 +164,8 @@ def define_classes(flag_values=flags.FLAGS, *, help=None):
     """`--classes`: the head's classes of a variant (another count than the weights' gives a new zero head)."""
     return flags.DEFINE_integer(
         "classes", None, help or "Classes of the head for a variant name (default: the weights', 1000 without "
-        "weights); another count gives a new zero-initialised head.", lower_bound=1, flag_values=flag_values,
+        f"weights; at most {FIELD_LIMITS['classes']:,}); another count gives a new zero-initialised head.", lower_bound=1,
+        upper_bound=FIELD_LIMITS["classes"], flag_values=flag_values,
     )
 
 

@@ -89,7 +89,7 @@ def convert(source, destination: str, variant: str | None = None, image_size: in
     check_destination(destination)
     if variant is not None:
         variant = get_variant(variant).model_name
-    model = cli.build_model(variant, source, image_size=image_size, classes=classes, classifier_activation=None)
+    model = cli.build_model(variant, source, image_size=image_size, classes=classes)  # the head as Keras Applications build it (softmax): the file carries it
     cli.progress(f"writing {destination} ...")
     _save(model, destination)
     return model, sha256(destination)

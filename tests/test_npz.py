@@ -241,7 +241,6 @@ def test_load_weights_into_an_existing_model(tmp_path, tiny, images):
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        (dict(input_shape=(32, 32, 1)), r"3 channels.*input_shape=\(32, 32, 1\)"),
         (dict(classifier="gap"), r"classifier='gap' \(checkpoint: 'token'\)"),
         (dict(hidden_size=64), r"hidden_size=64 \(checkpoint: 32\)"),
         (dict(patch_size=16, image_size=32), r"patch_size=16 \(checkpoint: 8\)"),
@@ -253,6 +252,12 @@ def test_architecture_conflicts_are_clear_errors(tmp_path, kwargs, match):
     params = random_official_params(np.random.default_rng(12), representation_size=16)
     with pytest.raises(ValueError, match=match):
         keras_vit.ViT(weights=_write(tmp_path, params), **kwargs)
+
+
+def test_a_kernel_of_other_than_three_channels_adapts_only_to_one(tmp_path):
+    params = random_official_params(np.random.default_rng(12), channels=2)
+    with pytest.raises(ValueError, match=r"2 channels and its kernel cannot be adapted to 3.*input_shape=\(32, 32, 3\)"):
+        keras_vit.ViT(weights=_write(tmp_path, params), input_shape=(32, 32, 3))
 
 
 def test_another_variant_is_named(tmp_path, monkeypatch):

@@ -253,9 +253,10 @@ def load_same_architecture(model, path: str) -> None:
         model.load_weights(path)
     except (ValueError, OSError, KeyError, zipfile.BadZipFile) as error:
         _restore(model, before)
+        first = str(error).strip().split("\n\n")[0].splitlines()[0][:300]  # Keras lists every object it could not load
         raise ValueError(
             f"The weights file {path!r} does not match the architecture of model {model.name!r}, or is corrupt: "
-            f"{error}"
+            f"{first}"
         ) from error
     try:
         check_finite([(variable.path, variable.numpy()) for variable in model.weights], path)
