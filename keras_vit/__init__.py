@@ -34,7 +34,7 @@ _EXPORTS = {
     **{name: "keras_vit.layers" for name in (
         "Patches", "PatchEncoder", "TransformerBlock", "MultiHeadSelfAttention", "DropPath", "TokenPooling",
     )},
-    "ViT": "keras_vit.vit",
+    "ViT": "keras_vit.applications",
     "BiT": "keras_vit.bit",
     "BiT_R50x1": "keras_vit.bit",
     "forward_flops": "keras_vit.flops",

@@ -27,7 +27,7 @@ import logging
 import keras
 
 from keras_vit import model_config, model_parts, preprocessing, validation
-from keras_vit.vit import head_dtype
+
 from keras_vit.layers.resnet import BIT_STAGE_UNITS, PreActResNetUnit, StdConv2D, group_norm
 
 
@@ -112,7 +112,7 @@ def _graph(inputs, units, width, groups, include_top, pooling, classes, classifi
     if include_top:
         x = keras.layers.GlobalAveragePooling2D(name="pooling")(x)
         return keras.layers.Dense(classes, activation=classifier_activation, kernel_initializer="zeros",
-                                  name=model_parts.HEAD, dtype=head_dtype())(x)
+                                  name=model_parts.HEAD, dtype=model_config.head_dtype())(x)
     if pooling == "avg":
         return keras.layers.GlobalAveragePooling2D(name="pooling")(x)
     if pooling == "max":

@@ -224,10 +224,8 @@ def build_model(model, weights=None, *, image_size=None, classes=None, pooling=N
     if pooling is not None:
         kwargs.update(include_top=False, pooling=pooling)
     if model is None:
-        from keras_vit import vit
-
         progress(f"loading {weights} ...")
-        return vit.ViT(weights=weights, **kwargs)
+        return applications.ViT(weights=weights, **kwargs)
     bit = variants.bit_name(model)
     if bit is not None:
         check_bit_arguments(model, weights=weights, pooling=kwargs.get("pooling"), classifier=kwargs.get("classifier"))

@@ -36,6 +36,13 @@ def dtype_policy(dtype):
         keras.config.set_dtype_policy(previous)
 
 
+def head_dtype():
+    """The dtype of a classification head: logits in float32 under a mixed precision policy (as the Keras
+    mixed-precision guide asks), else the global policy."""
+    policy = keras.config.dtype_policy()
+    return "float32" if policy.compute_dtype in ("float16", "bfloat16") else policy
+
+
 def require_channels_last() -> None:
     """keras_vit's models are channels-last (the checkpoints' layout); refuse a global channels-first setting.
 

@@ -211,51 +211,54 @@ class Argument:
 
     Args:
         role: one of `ROLES`: where its value comes from when a checkpoint is loaded.
-        default: what None becomes for a `TENSORS`, `NUMERICS` or `OWN` argument when no checkpoint sets it
-            (`DEFAULTS`); the other roles' defaults are `ViT`'s signature.
+        default: its default in `ViT`'s signature (None for the arguments a checkpoint decides).
+        fallback: what None becomes for a `TENSORS`, `NUMERICS` or `OWN` argument when no checkpoint sets it
+            (`DEFAULTS`, ViT-B/16 at 224).
         choices: the values it takes, where they are a closed set.
     """
 
     role: str
     default: object = None
+    fallback: object = None
     choices: tuple | None = None
 
 
 ARGUMENTS = dict(
-    image_size=Argument(TENSORS, 224),
-    patch_size=Argument(TENSORS, 16),
-    hidden_size=Argument(TENSORS, 768),
-    num_layers=Argument(TENSORS, 12),
-    num_heads=Argument(TENSORS, 12),
-    mlp_dim=Argument(TENSORS, 3072),
-    classes=Argument(TENSORS, 1000),
-    classifier=Argument(TENSORS, "token", choices=("token", "gap")),
+    image_size=Argument(TENSORS, fallback=224),
+    patch_size=Argument(TENSORS, fallback=16),
+    hidden_size=Argument(TENSORS, fallback=768),
+    num_layers=Argument(TENSORS, fallback=12),
+    num_heads=Argument(TENSORS, fallback=12),
+    mlp_dim=Argument(TENSORS, fallback=3072),
+    classes=Argument(TENSORS, fallback=1000),
+    classifier=Argument(TENSORS, fallback="token", choices=("token", "gap")),
     representation_size=Argument(TENSORS),
-    hybrid=Argument(TENSORS),
-    qkv_bias=Argument(TENSORS, True),
-    gelu_approximate=Argument(NUMERICS, True),
-    layer_norm_epsilon=Argument(NUMERICS, 1e-6),
-    pos_embedding=Argument(OWN, "learned", choices=("learned", "sincos2d")),
-    tokenizer=Argument(OWN, "patches", choices=("patches", "conv", "shifted_patches")),
-    locality_attention=Argument(OWN, False),
-    include_top=Argument(SAVED),
-    pooling=Argument(SAVED, choices=("token", "avg", "max")),
-    classifier_activation=Argument(SAVED),
-    dropout_rate=Argument(SAVED),
-    attention_dropout_rate=Argument(SAVED),
-    drop_path_rate=Argument(SAVED),
-    include_preprocessing=Argument(SAVED),
-    rematerialize=Argument(SAVED),
-    name=Argument(SAVED),
+    include_top=Argument(SAVED, default=True),
     weights=Argument(CALLER),
     input_tensor=Argument(CALLER),
     input_shape=Argument(CALLER),
-    pos_embed_interpolation=Argument(CALLER, choices=("bilinear", "bicubic")),
+    pooling=Argument(SAVED, choices=("token", "avg", "max")),
+    classifier_activation=Argument(SAVED, default="softmax"),
+    dropout_rate=Argument(SAVED, default=0.0),
+    attention_dropout_rate=Argument(SAVED, default=0.0),
+    drop_path_rate=Argument(SAVED, default=0.0),
+    gelu_approximate=Argument(NUMERICS, fallback=True),
+    layer_norm_epsilon=Argument(NUMERICS, fallback=1e-6),
+    include_preprocessing=Argument(SAVED, default=False),
+    name=Argument(SAVED),
+    hybrid=Argument(TENSORS),
+    pos_embed_interpolation=Argument(CALLER, default="bilinear", choices=("bilinear", "bicubic")),
+    qkv_bias=Argument(TENSORS, fallback=True),
     initialization=Argument(CALLER, choices=("official", "scratch")),
+    rematerialize=Argument(SAVED, default=True),
+    pos_embedding=Argument(OWN, fallback="learned", choices=("learned", "sincos2d")),
+    tokenizer=Argument(OWN, fallback="patches", choices=("patches", "conv", "shifted_patches")),
+    locality_attention=Argument(OWN, fallback=False),
 )
-"""Every argument of `keras_vit.ViT` and its role, declared once (a test checks that `ViT`'s signature and this
-table name the same arguments). `DEFAULTS`, `OWN_OPTIONS`, `CARRIED_NUMERICS`, `SAVED_ARGUMENTS` and the
-choices (`choices("tokenizer")`) are read from here. A new argument is one row."""
+"""Every argument of `keras_vit.ViT`, in its signature's order, with its role and default, declared once: the model
+class (`keras_vit.vit.VisionTransformer`) takes its defaults from here, and a test checks that `ViT`'s signature
+shows the same names and defaults. `DEFAULTS`, `OWN_OPTIONS`, `CARRIED_NUMERICS`, `SAVED_ARGUMENTS` and the choices
+(`choices("tokenizer")`) are read from here. A new argument is one row (and its parameter in `ViT`)."""
 
 
 def with_role(role: str) -> tuple[str, ...]:
@@ -268,7 +271,7 @@ def choices(name: str) -> tuple:
     return ARGUMENTS[name].choices
 
 
-OWN_OPTIONS = {name: ARGUMENTS[name].default for name in with_role(OWN)}
+OWN_OPTIONS = {name: ARGUMENTS[name].fallback for name in with_role(OWN)}
 """keras_vit's own architecture options and their defaults: a keras_vit file carries the values its model was
 built with (`keras_vit.checkpoints.architecture` reads them from there), every other checkpoint has these."""
 
@@ -278,8 +281,7 @@ CARRIED_NUMERICS = with_role(NUMERICS)
 SAVED_ARGUMENTS = with_role(SAVED)
 """What `ViT(weights=<keras_vit file>)` takes from the file unless the caller passes it."""
 
-DEFAULTS = {name: argument.default for name, argument in ARGUMENTS.items()
-            if argument.role in (TENSORS, NUMERICS, OWN) and argument.default is not None}
+DEFAULTS = {name: argument.fallback for name, argument in ARGUMENTS.items() if argument.fallback is not None}
 """`keras_vit.ViT`'s architecture defaults (ViT-B/16 at 224 as the official code): what an argument left at None
 becomes when no checkpoint sets it."""
 
@@ -323,6 +325,30 @@ def get_variant(name: str) -> Variant:
         f"Unknown ViT variant. Received: name={name!r}. Known variants: "
         f"{', '.join(v.model_name for v in VARIANTS.values())}."
     )
+
+
+def resolve_num_heads(num_heads, hidden_size: int, path: str) -> int:
+    """`num_heads` as given, or the Table 1 head count of a standard width (`VARIANTS`).
+
+    Raises:
+        ValueError: a width outside the table with no `num_heads`, or heads that do not divide the width.
+    """
+    if num_heads is None:
+        by_width = {v.hidden_size: v.num_heads for v in VARIANTS.values()}
+        if hidden_size not in by_width:
+            known = ", ".join(f"{width}: {heads}" for width, heads in sorted(by_width.items()))
+            raise ValueError(
+                f"The checkpoint {path!r} has width {hidden_size}, which is not a standard ViT width "
+                f"(width: heads = {known}); the file does not store the number of attention heads, so pass "
+                f"`num_heads`. Received: hidden_size={hidden_size}"
+            )
+        return by_width[hidden_size]
+    if not isinstance(num_heads, int) or isinstance(num_heads, bool) or num_heads <= 0 or hidden_size % num_heads:
+        raise ValueError(
+            f"`num_heads` must be a positive int dividing the checkpoint width {hidden_size}. "
+            f"Received: num_heads={num_heads!r}"
+        )
+    return num_heads
 
 
 BIT_MODELS = {"bit_r50x1": "BiT_R50x1"}

@@ -42,8 +42,10 @@ def saved(tmp_path_factory):
 
 
 def test_every_argument_of_vit_has_exactly_one_role():
-    parameters = set(inspect.signature(keras_vit.ViT).parameters)
-    assert parameters == set(variants.ARGUMENTS), parameters ^ set(variants.ARGUMENTS)
+    parameters = inspect.signature(keras_vit.ViT).parameters
+    assert list(parameters) == list(variants.ARGUMENTS), set(parameters) ^ set(variants.ARGUMENTS)
+    assert {name: p.default for name, p in parameters.items()} == {
+        name: argument.default for name, argument in variants.ARGUMENTS.items()}  # the signature shows the table
     assert all(argument.role in variants.ROLES for argument in variants.ARGUMENTS.values())
     constructor = set(inspect.signature(keras_vit.ViT_B16).parameters) - {"kwargs"}
     assert constructor <= set(variants.ARGUMENTS)

@@ -1,11 +1,16 @@
 """Imports flow one way: no cycle among the modules of `keras_vit/` and `training/`, counting the imports inside
-functions too (they hide a cycle from Python, not from the reader)."""
+functions too (they hide a cycle from Python, not from the reader) and a subpackage's `__init__` (importing
+`keras_vit.layers.pooling` runs `keras_vit/layers/__init__.py` first); and the library stands at most
+`MAX_FLOORS` floors tall (a module stands a floor above everything it imports)."""
+
+import functools
 
 import ast
 import os
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = ("keras_vit", "training")
+MAX_FLOORS = 8
 
 
 def _modules() -> dict[str, str]:
@@ -75,10 +80,43 @@ def test_the_cycle_finder_finds_a_cycle_and_only_cycles():
     assert find_cycles({"a": {"b"}, "b": set(), "c": {"a", "b"}}) == []
 
 
-def test_no_import_cycles_among_the_project_modules():
+def _parents(module: str) -> set[str]:
+    """The subpackages whose `__init__` importing `module` runs (not the root packages: theirs import lazily)."""
+    parts = module.split(".")
+    return {".".join(parts[:i]) for i in range(2, len(parts))}
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the project modules it imports, each imported module's subpackage `__init__`s included."""
     modules = _modules()
-    # A package's __init__ is not an edge target of its own submodules: importing `keras_vit.x` runs
-    # `keras_vit/__init__.py` first, which imports nothing of the package at import time (its names load lazily).
-    graph = {name: {m for m in _imports(name, path, modules) if m not in PACKAGES} for name, path in modules.items()}
+    graph = {}
+    for name, path in modules.items():
+        imported = {m for m in _imports(name, path, modules) if m not in PACKAGES}
+        graph[name] = imported | {parent for m in imported for parent in _parents(m)
+                                  if parent in modules and parent != name and not name.startswith(parent + ".")}
+    return graph
+
+
+def floors(graph: dict[str, set[str]]) -> dict[str, int]:
+    """Each module's floor: 1 for one that imports no project module, else one above the highest it imports."""
+    @functools.lru_cache(maxsize=None)
+    def floor(module):
+        return 1 + max((floor(other) for other in graph.get(module, ())), default=0)
+    return {module: floor(module) for module in graph}
+
+
+def test_the_graph_counts_a_subpackages_init():
+    graph = import_graph()
     assert graph["keras_vit.vit"], "the import reader found no imports: it is broken"
-    assert find_cycles(graph) == []
+    assert "keras_vit.layers" in graph["keras_vit.bit"]  # it imports keras_vit.layers.resnet
+    assert floors({"a": {"b"}, "b": {"c"}, "c": set()}) == {"a": 3, "b": 2, "c": 1}
+
+
+def test_no_import_cycles_among_the_project_modules():
+    assert find_cycles(import_graph()) == []
+
+
+def test_the_library_is_at_most_eight_floors_tall():
+    library = {module: floor for module, floor in floors(import_graph()).items() if module.startswith("keras_vit")}
+    tallest = max(library, key=library.get)
+    assert library[tallest] <= MAX_FLOORS, (tallest, library[tallest])

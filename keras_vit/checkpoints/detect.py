@@ -20,7 +20,8 @@ Example:
 import os
 import zipfile
 
-from keras_vit.checkpoints import huggingface, safetensors_file, timm, untrusted
+from keras_vit.checkpoints import safetensors_file, untrusted
+from keras_vit.checkpoints.layouts import looks_like_huggingface, looks_like_timm, resolve_files
 
 FORMATS = ("official_npz", "timm", "huggingface", "keras_weights", "keras_model")
 
@@ -43,7 +44,7 @@ def detect_format(path) -> str:
     """
     path = os.fspath(path)
     if os.path.isdir(path):
-        huggingface.resolve_files(path)  # raises if the folder lacks the weights or config.json
+        resolve_files(path)  # raises if the folder lacks the weights or config.json
         return "huggingface"
     if not os.path.lexists(path):
         raise ValueError(f"The checkpoint path does not exist. Received: path={path!r}")
@@ -70,9 +71,9 @@ def detect_format(path) -> str:
         return "keras_weights"
     if path.lower().endswith(".safetensors") or _looks_like_safetensors(head):
         names = safetensors_file.read_keys(path)
-        if timm.looks_like_timm(names):
+        if looks_like_timm(names):
             return "timm"
-        if huggingface.looks_like_huggingface(names):
+        if looks_like_huggingface(names):
             return "huggingface"
         raise ValueError(
             "The safetensors file holds neither timm nor Hugging Face ViT tensor names. "

@@ -30,65 +30,16 @@ Example:
 import json
 import os
 
+from keras_vit import variants
 from keras_vit.checkpoints import safetensors_file, torch_layout
+from keras_vit.checkpoints.layouts import HF_PATCH as _PATCH
+from keras_vit.checkpoints.layouts import CONFIG_NAME, looks_like_huggingface, resolve_files
 from keras_vit.checkpoints.canonical import Checkpoint
 from keras_vit.checkpoints.torch_layout import ATTENTION, BLOCK, MLP, identity
 
 SOURCE = "Hugging Face"
-WEIGHTS_NAME = "model.safetensors"
-INDEX_NAME = "model.safetensors.index.json"
-CONFIG_NAME = "config.json"
-
 # hidden_act -> gelu_approximate
 _GELU_FORMS = {"gelu": False, "gelu_new": True, "gelu_pytorch_tanh": True, "gelu_fast": True}
-_PATCH = "embeddings.patch_embeddings.projection.weight"
-
-
-def looks_like_huggingface(names) -> bool:
-    """True when tensor names follow transformers' ViT naming, with or without the `vit.` prefix."""
-    names = set(names)
-    return _PATCH in names or f"vit.{_PATCH}" in names
-
-
-def resolve_files(path) -> tuple[list[str], str]:
-    """The weight file(s) and the config.json of a model folder or of a `model.safetensors` file.
-
-    Raises:
-        ValueError: a missing path, folder without weights, or no config.json beside the weights.
-    """
-    path = os.fspath(path)
-    if os.path.isdir(path):
-        folder = path
-        if os.path.isfile(os.path.join(folder, WEIGHTS_NAME)):
-            weights = [os.path.join(folder, WEIGHTS_NAME)]
-        elif os.path.isfile(os.path.join(folder, INDEX_NAME)):
-            weights = _shards(os.path.join(folder, INDEX_NAME))
-        else:
-            raise ValueError(
-                f"The Hugging Face folder has no {WEIGHTS_NAME} (or {INDEX_NAME}); pickled pytorch_model.bin "
-                f"files are not read for safety. Received: path={path!r}, containing {sorted(os.listdir(folder))[:10]}"
-            )
-    elif os.path.isfile(path):
-        folder, weights = os.path.dirname(os.path.abspath(path)), [path]
-    else:
-        raise ValueError(f"The Hugging Face checkpoint does not exist. Received: path={path!r}")
-    config = os.path.join(folder, CONFIG_NAME)
-    if not os.path.isfile(config):
-        raise ValueError(
-            f"Hugging Face ViT weights need the model's {CONFIG_NAME} beside them (it holds the number of heads, "
-            f"the LayerNorm epsilon and the GELU form); none found at {config!r}. Received: path={path!r}"
-        )
-    return weights, config
-
-
-def _shards(index_path: str) -> list[str]:
-    try:
-        with open(index_path) as handle:
-            weight_map = json.load(handle)["weight_map"]
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise ValueError(f"Unreadable safetensors index {index_path!r}: {error}") from error
-    folder = os.path.dirname(index_path)
-    return [os.path.join(folder, name) for name in sorted(set(weight_map.values()))]
 
 
 def read_config(config_path: str) -> dict:
@@ -161,7 +112,7 @@ def read(path) -> Checkpoint:
             f"{config['num_layers']}, hidden_size={config['hidden_size']}; the weights have {layers} layers of "
             f"width {width}."
         )
-    heads = torch_layout.resolve_num_heads(config["num_heads"], width, config_path)
+    heads = variants.resolve_num_heads(config["num_heads"], width, config_path)
     if not config["qkv_bias"]:  # ViTConfig(qkv_bias=False): query/key/value Linear layers without bias
         tensors = torch_layout.fill_missing_biases(
             tensors, [n for n in tensors if n.endswith(("attention.query.weight", "attention.key.weight",

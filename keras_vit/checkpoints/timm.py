@@ -40,7 +40,9 @@ import os
 
 import numpy as np
 
+from keras_vit import variants
 from keras_vit.checkpoints import resnet_names, safetensors_file, torch_layout
+from keras_vit.checkpoints.layouts import looks_like_timm
 from keras_vit.checkpoints.canonical import Checkpoint
 from keras_vit.checkpoints.torch_layout import ATTENTION, BLOCK, MLP, identity
 
@@ -56,12 +58,6 @@ _UNSUPPORTED = {
     ".attn.q_norm.": "q/k normalisation in attention",
     ".attn.k_norm.": "q/k normalisation in attention",
 }
-
-
-def looks_like_timm(names) -> bool:
-    """True when tensor names follow timm's ViT naming (`patch_embed.proj.weight`, `blocks.{i}.`)."""
-    names = set(names)
-    return "patch_embed.proj.weight" in names or any(name.startswith("blocks.0.") for name in names)
 
 
 def read(path, num_heads: int | None = None) -> Checkpoint:
@@ -97,7 +93,7 @@ def read(path, num_heads: int | None = None) -> Checkpoint:
                 f"Received: {found[:4]}"
             )
     hidden_size = tensors["patch_embed.proj.weight"].shape[0]
-    heads = torch_layout.resolve_num_heads(num_heads, hidden_size, path)
+    heads = variants.resolve_num_heads(num_heads, hidden_size, path)
     # timm `qkv_bias=False` models store no qkv bias.
     tensors = torch_layout.fill_missing_biases(tensors, [n for n in tensors if n.endswith(".attn.qkv.weight")])
     plan = _embedding_plan(tensors)

@@ -20,7 +20,6 @@ Example:
 
 import numpy as np
 
-from keras_vit import variants
 
 BLOCK = "Transformer/encoderblock_{}/"
 ATTENTION = "MultiHeadDotProductAttention_1/"
@@ -52,30 +51,6 @@ def out_kernel(weight: np.ndarray, num_heads: int) -> np.ndarray:
     """(D, heads*head_dim) attention output Linear weight -> (heads, head_dim, D)."""
     out_features, in_features = weight.shape
     return linear_kernel(weight).reshape(num_heads, in_features // num_heads, out_features)
-
-
-def resolve_num_heads(num_heads, hidden_size: int, path: str) -> int:
-    """`num_heads` as given, or the Table 1 head count of a standard width (`keras_vit.variants`).
-
-    Raises:
-        ValueError: a width outside the table with no `num_heads`, or heads that do not divide the width.
-    """
-    if num_heads is None:
-        by_width = {v.hidden_size: v.num_heads for v in variants.VARIANTS.values()}
-        if hidden_size not in by_width:
-            known = ", ".join(f"{width}: {heads}" for width, heads in sorted(by_width.items()))
-            raise ValueError(
-                f"The checkpoint {path!r} has width {hidden_size}, which is not a standard ViT width "
-                f"(width: heads = {known}); the file does not store the number of attention heads, so pass "
-                f"`num_heads`. Received: hidden_size={hidden_size}"
-            )
-        return by_width[hidden_size]
-    if not isinstance(num_heads, int) or isinstance(num_heads, bool) or num_heads <= 0 or hidden_size % num_heads:
-        raise ValueError(
-            f"`num_heads` must be a positive int dividing the checkpoint width {hidden_size}. "
-            f"Received: num_heads={num_heads!r}"
-        )
-    return num_heads
 
 
 def count_blocks(names, prefix: str, path: str) -> int:
