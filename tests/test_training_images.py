@@ -169,6 +169,43 @@ def test_an_image_that_fails_during_training_is_named_and_the_state_reached_is_s
     assert "after 6 steps" in out.strip().splitlines()[-1]
 
 
+def deleting_after_build(monkeypatch, path):
+    """Deletes `path` once the training pipeline is built (listed) and before it reads anything."""
+    class Deleting(loop.Batches):
+        def __init__(self, make_dataset, start):
+            def made(step):
+                dataset = make_dataset(step)
+                if path.exists():
+                    path.unlink()
+                return dataset
+            super().__init__(made, start)
+
+    monkeypatch.setattr(loop, "Batches", Deleting)
+
+
+@pytest.mark.e2e
+def test_an_image_deleted_mid_run_is_named_after_saving_the_state_or_skipped(tmp_path, monkeypatch):
+    """Was a raw NotFoundError (exit status 1, the divergence status), nothing saved, no file named."""
+    root = tmp_path / "images"
+    folder = write_folder(root, per_class=4)
+    gone = root / "train" / "red" / "zz.png"
+    gone.write_bytes(png(value=7))
+    deleting_after_build(monkeypatch, gone)
+    options = dict(dataset=folder, shuffle_buffer=1, steps=5, checkpoint_every=100)
+    with pytest.raises(sources.ImageFailedMidRunError) as info:
+        run(tmp_path / "run", **options)
+    message = str(info.value)
+    assert info.value.exit_status == 5 and "\n" not in message
+    assert f"{gone} (unreadable: No such file or directory)" in message and "at training step 4" in message
+    assert "so it was changed or deleted since" in message
+    assert f"The state of step 3 is saved ({tmp_path / 'run' / 'checkpoints' / 'ckpt-3'})" in message
+    assert (tmp_path / "run" / "checkpoints" / "ckpt-3.index").exists()
+    gone.write_bytes(png(value=7))
+    out = run(tmp_path / "skipped", **options, skip_bad_images=True)
+    assert f"skipping 1 more image file(s) of train that failed in the pipeline (--skip_bad_images): {gone}" in out
+    assert "after 5 steps" in out.strip().splitlines()[-1]
+
+
 def test_skip_bad_images_skips_an_image_that_fails_during_training(tmp_path):
     folder, bad = unshuffled_folder(tmp_path, "train")
     out = run(tmp_path / "run", dataset=folder, shuffle_buffer=1, steps=6, image_check="headers",
