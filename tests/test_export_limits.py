@@ -235,6 +235,16 @@ def test_gif_blocks_count_against_the_request_budget():
         decode_batch(tf.constant([gif_of_extension_bytes(1_000_000)]))  # over the budget before the GIF limit
 
 
+@pytest.mark.parametrize("shape", [(), (1, 1), (2, 1), (1, 0)])
+def test_a_request_that_is_not_a_1d_batch_is_refused_saying_so(served, shape):
+    """TF Serving feeds the signature whatever rank the client sends: a scalar or a 2-D batch of images is
+    refused in one message, not a graph error of the decoding."""
+    _, loaded = served
+    images = tf.reshape(tf.constant([_png(8)] * int(np.prod(shape)), tf.string), shape)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"a 1-D batch of encoded images.*received shape"):
+        loaded.signatures["serving_default"](images=images)
+
+
 def test_empty_request_is_served_empty(served):
     _, loaded = served
     out = loaded.signatures["serving_default"](images=tf.constant([], tf.string))
