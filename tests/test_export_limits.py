@@ -28,6 +28,7 @@ from bomb_fixtures import (
 )
 from export_fixtures import SIZE, animated_gif, encode, gif_with_comment_blocks, random_image, tiny_vit
 from keras_vit.export import decode, export_saved_model
+from keras_vit.export import limits as python_walks
 from keras_vit.export.limits import CEILINGS, GIF_BLOCK_PIXELS, PNG_IDAT_SLACK, Limits
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -147,6 +148,64 @@ def test_png_raw_bytes_follows_the_specification(header):
     assert float(decode.png_raw_bytes(*header)) == raw_png_size(*header)
 
 
+def _walk_inputs():
+    """Bombs and normal files of each format for the agreement of the graph walks and the Python ones."""
+    header = b"GIF89a\x01\x00\x01\x00\x00\x00\x00" + b"\x2c" + bytes(4) + b"\x01\x00\x01\x00\x00\x02"
+    hidden = gif_with_hidden_frame(animated_gif(1, 30))
+    gifs = [gif_of_extension_bytes(100_000), gif_of_frames(10), gif_of_frames(11), animated_gif(3, 12), hidden,
+            gif_with_comment_blocks(animated_gif(2, 7), 50), header + b"\x01a\x02ab" * 30 + b"\x00\x3b",
+            header + (b"\xff" + bytes(255)) * 300 + b"\x05" + bytes(5) + b"\x00\x3b", b"GIF89a", b"GIF89a" + bytes(20),
+            hidden.replace(b"\x21\xfe\x00\x01A\x00", b"\x21\xfe\x00\x00" + b"\x21\xfe\x00\x02AB\x00"),
+            animated_gif(2, 9)[:-40]]
+    data = zlib_of_zeros(30_000)
+    pngs = [png_inflate_bomb(1 << 20), png(100, 100, [data[:100], data[100:101], data[101:]]),
+            png(100, 100, data, before_idat=png_chunk(b"tEXt", b"k\x00" + (5).to_bytes(4, "big") + b"IDAT12345")),
+            png(100, 100, data)[:60], png(100, 100, [bytes(100)] * 300), encode(random_image((9, 7, 3), 0), "PNG"),
+            interlaced_png(random_image((13, 11, 3), 1))]
+    jpegs = [progressive_jpeg(16, repeats=7), encode(random_image((9, 7, 3), 0), "JPEG"), b"\xff\xda" * 3 + b"\xff"]
+    return gifs, pngs, jpegs
+
+
+def test_the_python_walks_give_the_graph_walks_numbers():
+    """Files read outside serving (training, few-shot, inspect) are bounded by the Python walks of limits.py:
+    they count what the graph walks of decode.py count, on bombs, normal files and cut ones."""
+    gifs, pngs, jpegs = _walk_inputs()
+    walk = tf.function(decode.gif_blocks)  # a graph, as served (eager, the loop's steps are slow)
+    for gif in gifs:
+        for limit in (40, 1000):
+            graph = [int(x) for x in walk(tf.constant(gif), limit)]
+            assert list(python_walks.gif_blocks(gif, limit)) == graph, (gif[:40], limit)
+    for encoded in pngs:
+        assert python_walks.png_idat_bytes(encoded) == int(decode.png_idat_bytes(encoded))
+    for encoded in jpegs:
+        for limit in (None, 4, 12):
+            assert python_walks.jpeg_scans(encoded, limit) == int(decode.jpeg_scans(encoded, limit))
+    for header in [(13, 11, 8, 2, 1), (1, 1, 8, 2, 0), (5, 3, 1, 0, 1), (9, 17, 16, 6, 1), (2, 2, 4, 3, 1),
+                   (3000, 1, 2, 0, 0), (7, 7, 8, 9, 0), (0, 5, 8, 2, 1)]:
+        assert python_walks.png_raw_bytes(*header) == float(decode.png_raw_bytes(*header)), header
+
+
+def test_decoding_problem_refuses_what_serving_refuses_naming_the_value_and_the_variable():
+    low = Limits(max_jpeg_scans=12, max_gif_blocks=40, max_png_idat_ratio=1.5)
+    assert "more than 12 scans" in python_walks.decoding_problem(progressive_jpeg(16, repeats=7), low)
+    assert "KERAS_VIT_MAX_JPEG_SCANS=N" in python_walks.decoding_problem(progressive_jpeg(16, repeats=7), low)
+    assert python_walks.decoding_problem(progressive_jpeg(16), low) is None
+    assert "KERAS_VIT_MAX_GIF_BLOCKS" in python_walks.decoding_problem(gif_of_frames(11), low)
+    assert python_walks.decoding_problem(gif_of_frames(10), low) is None
+    problem = python_walks.decoding_problem(png_inflate_bomb(80 << 20), low)
+    assert "compressed image data (IDAT) for 4 raw bytes" in problem and "KERAS_VIT_MAX_PNG_IDAT_RATIO" in problem
+    assert python_walks.decoding_problem(encode(random_image((9, 7, 3), 0), "PNG"), low) is None
+    assert python_walks.decoding_problem(b"BM" + bytes(60), low) is None
+
+
+def test_the_environment_sets_the_decoding_limits_of_files_read_outside_serving():
+    limits = python_walks.environment_limits({"KERAS_VIT_MAX_JPEG_SCANS": "40", "KERAS_VIT_MAX_PNG_IDAT_RATIO": "3"})
+    assert (limits.max_jpeg_scans, limits.max_gif_blocks, limits.max_png_idat_ratio) == (40, 4096, 3.0)
+    with pytest.raises(ValueError, match=r"KERAS_VIT_MAX_GIF_BLOCKS must be an integer from 1 to 1048576.*"
+                                         r"Received: KERAS_VIT_MAX_GIF_BLOCKS='many'"):
+        python_walks.environment_limits({"KERAS_VIT_MAX_GIF_BLOCKS": "many"})
+
+
 def test_interlaced_png_is_served(served):
     _, loaded = served
     image = np.random.default_rng(2).integers(0, 256, (33, 20, 3), dtype=np.uint8)
@@ -174,6 +233,16 @@ def test_gif_blocks_count_against_the_request_budget():
         decode_batch(tf.constant([gif_of_frames(3), gif_of_frames(3), gif_of_frames(3)]))
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"Too many pixels in one request.*\] \[0\]"):
         decode_batch(tf.constant([gif_of_extension_bytes(1_000_000)]))  # over the budget before the GIF limit
+
+
+@pytest.mark.parametrize("shape", [(), (1, 1), (2, 1), (1, 0)])
+def test_a_request_that_is_not_a_1d_batch_is_refused_saying_so(served, shape):
+    """TF Serving feeds the signature whatever rank the client sends: a scalar or a 2-D batch of images is
+    refused in one message, not a graph error of the decoding."""
+    _, loaded = served
+    images = tf.reshape(tf.constant([_png(8)] * int(np.prod(shape)), tf.string), shape)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"a 1-D batch of encoded images.*received shape"):
+        loaded.signatures["serving_default"](images=images)
 
 
 def test_empty_request_is_served_empty(served):

@@ -106,3 +106,14 @@ def test_cli_usage_errors_exit_2(capsys, args, message):
     assert fewshot.main(args) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1 and message in err, err
+
+
+def test_the_shots_line_says_the_shots_used_when_classes_have_fewer_examples():
+    """Was "1000000-shot accuracy" computed from 12 shots a class."""
+    labels = np.array([0] * 12 + [1] * 12)
+    assert fewshot.shots_line(5, labels, [0.5, 0.5]).startswith("  5-shot accuracy:  50.00% (std 0.00 over 2 seeds)")
+    line = fewshot.shots_line(1000000, labels, [0.5, 0.7])
+    assert line.startswith(" 12-shot accuracy:  60.00%") and "asked 1000000 shots, but every class has 12" in line
+    uneven = fewshot.shots_line(10, np.array([0] * 4 + [1] * 30), [1.0])
+    assert uneven.startswith(" 10-shot accuracy") and "the classes have 4 to 30 training examples: all of " \
+        "those with fewer than 10 used" in uneven

@@ -169,6 +169,43 @@ def test_an_image_that_fails_during_training_is_named_and_the_state_reached_is_s
     assert "after 6 steps" in out.strip().splitlines()[-1]
 
 
+def deleting_after_build(monkeypatch, path):
+    """Deletes `path` once the training pipeline is built (listed) and before it reads anything."""
+    class Deleting(loop.Batches):
+        def __init__(self, make_dataset, start):
+            def made(step):
+                dataset = make_dataset(step)
+                if path.exists():
+                    path.unlink()
+                return dataset
+            super().__init__(made, start)
+
+    monkeypatch.setattr(loop, "Batches", Deleting)
+
+
+@pytest.mark.e2e
+def test_an_image_deleted_mid_run_is_named_after_saving_the_state_or_skipped(tmp_path, monkeypatch):
+    """Was a raw NotFoundError (exit status 1, the divergence status), nothing saved, no file named."""
+    root = tmp_path / "images"
+    folder = write_folder(root, per_class=4)
+    gone = root / "train" / "red" / "zz.png"
+    gone.write_bytes(png(value=7))
+    deleting_after_build(monkeypatch, gone)
+    options = dict(dataset=folder, shuffle_buffer=1, steps=5, checkpoint_every=100)
+    with pytest.raises(sources.ImageFailedMidRunError) as info:
+        run(tmp_path / "run", **options)
+    message = str(info.value)
+    assert info.value.exit_status == 5 and "\n" not in message
+    assert f"{gone} (unreadable: No such file or directory)" in message and "at training step 4" in message
+    assert "so it was changed or deleted since" in message
+    assert f"The state of step 3 is saved ({tmp_path / 'run' / 'checkpoints' / 'ckpt-3'})" in message
+    assert (tmp_path / "run" / "checkpoints" / "ckpt-3.index").exists()
+    gone.write_bytes(png(value=7))
+    out = run(tmp_path / "skipped", **options, skip_bad_images=True)
+    assert f"skipping 1 more image file(s) of train that failed in the pipeline (--skip_bad_images): {gone}" in out
+    assert "after 5 steps" in out.strip().splitlines()[-1]
+
+
 def test_skip_bad_images_skips_an_image_that_fails_during_training(tmp_path):
     folder, bad = unshuffled_folder(tmp_path, "train")
     out = run(tmp_path / "run", dataset=folder, shuffle_buffer=1, steps=6, image_check="headers",
@@ -230,6 +267,60 @@ def test_the_pixel_limit_flag_refuses_in_one_line_or_skips(tmp_path, capsys):
     status, out, _ = cli(capsys, tmp_path / "run", "--max_image_pixels=1000", "--skip_bad_images", dataset=folder,
                          steps=2, global_batch_size=4)
     assert status == 0 and out.startswith("skipping 1 image file(s)")
+
+
+def test_a_gif_frame_larger_than_its_screen_counts_at_its_own_size(tmp_path):
+    """giflib allocates each frame at its own descriptor's size: a 1x1 screen holding a 60x50 frame is 3,000
+    pixels (as serving counts it), not 1."""
+    from bomb_fixtures import gif_with_hidden_frame
+
+    root = tmp_path / "images"
+    folder = write_folder(root)
+    big = pil_bytes([np.full((50, 60, 3), 90, np.uint8)], "GIF")
+    small_screen = root / "train" / "red" / "screen.gif"
+    small_screen.write_bytes(big[:6] + struct.pack("<HH", 1, 1) + big[10:])
+    hidden = root / "train" / "blue" / "hidden.gif"
+    hidden.write_bytes(gif_with_hidden_frame(big))
+    assert tf.io.decode_gif(small_screen.read_bytes()).shape[1:3] == (50, 60)  # what TensorFlow allocates
+    with pytest.raises(sources.InvalidDatasetError) as info:
+        image_checks.check_images(folder, ("train",), max_pixels=2000)
+    message = str(info.value)
+    assert (f"{small_screen} (GIF of 60x50 (frames larger than its 1x1 screen) = 3,000 pixels, over the pixel "
+            f"limit of 2,000 (--max_image_pixels))") in message and str(hidden) in message
+    assert image_checks.check_images(folder, ("train",), max_pixels=2000, skip=True) == {str(small_screen),
+                                                                                         str(hidden)}
+
+
+def test_decoding_bombs_are_refused_before_any_decode_naming_the_limit_or_skipped(tmp_path, monkeypatch):
+    """The scans of a JPEG, the blocks of a GIF and a PNG's compressed data against its raw size are bounded
+    as serving bounds them, from the bytes in the header pass (small bombs at low limits)."""
+    from bomb_fixtures import gif_of_frames, png, progressive_jpeg
+
+    root = tmp_path / "images"
+    folder = write_folder(root)
+    bombs = {"scans.jpg": progressive_jpeg(16, repeats=7), "blocks.gif": gif_of_frames(11),
+             "inflate.png": png(1, 1, [zlib.compress(bytes(4)), bytes(70_000)])}  # 70 KB of IDAT for 4 raw bytes
+    for name, data in bombs.items():
+        (root / "train" / "green" / name).write_bytes(data)
+    (root / "train" / "blue" / "fine.jpg").write_bytes(progressive_jpeg(16))  # 10 scans: within 12
+    monkeypatch.setenv("KERAS_VIT_MAX_JPEG_SCANS", "12")
+    monkeypatch.setenv("KERAS_VIT_MAX_GIF_BLOCKS", "40")
+    with pytest.raises(sources.InvalidDatasetError) as info:
+        image_checks.check_images(folder, ("train", "validation"), decode=False)
+    message = str(info.value)
+    assert message.startswith("3 of 16 files") and "fine.jpg" not in message
+    assert (f"{root / 'train' / 'green' / 'scans.jpg'} (progressive JPEG of more than 12 scans (each a decoding "
+            f"pass over the whole image; counted 13 before stopping), over the limit of 12 "
+            f"(KERAS_VIT_MAX_JPEG_SCANS=N raises it))") in message
+    assert "blocks.gif (GIF of more than 40 blocks" in message and "KERAS_VIT_MAX_GIF_BLOCKS=N" in message
+    assert "inflate.png (PNG of 70," in message and "for 4 raw bytes, over the limit of 2 times" in message
+    assert "KERAS_VIT_MAX_PNG_IDAT_RATIO=R raises it" in message
+    assert "re-encode an image over a decoding limit" in message and "--skip_bad_images" in message
+    skipped = image_checks.check_images(folder, ("train",), skip=True, decode=False)
+    assert skipped == {str(root / "train" / "green" / name) for name in bombs}
+    monkeypatch.setenv("KERAS_VIT_MAX_JPEG_SCANS", "20")  # raised: the JPEG passes
+    assert str(root / "train" / "green" / "scans.jpg") not in image_checks.check_images(
+        folder, ("train",), skip=True, decode=False)
 
 
 # --- entries that are not images ----------------------------------------------------------------------------

@@ -122,6 +122,27 @@ def sample_shots(labels, shots, seed):
     return np.concatenate(per_class)
 
 
+def shots_line(shots, train_labels, accuracies) -> str:
+    """The line of one shot count: the shots actually used when a class has fewer training examples than asked
+    (`sample_shots` then takes all of them), not the number asked.
+
+    Example:
+        >>> line = shots_line(1000000, np.array([0] * 12 + [1] * 12), [0.5, 0.7])
+        >>> line.split("; ")
+        [' 12-shot accuracy:  60.00% (std 10.00 over 2 seeds', 'asked 1000000 shots, but every class has 12 training examples: all of them used)']
+    """
+    counts = np.unique(np.asarray(train_labels), return_counts=True)[1]
+    low, high = int(counts.min()), int(counts.max())
+    used = min(shots, high)
+    note = ""
+    if shots > low:
+        have = f"every class has {high}" if low == high else f"the classes have {low} to {high}"
+        few = "all of them" if shots >= high else f"all of those with fewer than {shots}"
+        note = f"; asked {shots} shots, but {have} training examples: {few} used"
+    return (f"{used:3d}-shot accuracy: {100 * np.mean(accuracies):6.2f}% (std {100 * np.std(accuracies):.2f} "
+            f"over {len(accuracies)} seeds{note})")
+
+
 def evaluate(train_x, train_y, test_x, test_y, shots=SHOTS, seeds=3, l2_reg=L2_REG):
     """Few-shot accuracies: {shots: [accuracy for each seed]} from precomputed representations."""
     results = {}
@@ -254,8 +275,7 @@ def run(argv):
           f"({splits['train']}), {len(test_x)} test ({splits['test']}) examples, {num_classes} classes, "
           f"l2_reg={FLAGS.l2_reg:g}, {FLAGS.seeds} seeds")
     for k, accuracies in evaluate(train_x, train_y, test_x, test_y, shots, FLAGS.seeds, FLAGS.l2_reg).items():
-        print(f"{k:3d}-shot accuracy: {100 * np.mean(accuracies):6.2f}% (std {100 * np.std(accuracies):.2f} "
-              f"over {len(accuracies)} seeds)")
+        print(shots_line(k, train_y, accuracies))
     return 0
 
 

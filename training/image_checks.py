@@ -1,9 +1,16 @@
-"""Image-file checks of a folder dataset: headers, a pixel limit, a full decode, and the bad files named.
+"""Image-file checks of a folder dataset: headers, a pixel limit, decoding-cost limits, a full decode, and the bad
+files named.
 
 `check_images` finds, before training, the files the pipeline could not use (headers, the pixel limit, a full
 decode with TensorFlow's decoder) so that they can be named, or skipped with `skip_files` of
 `training.sources.dataset_source`; `find_bad_files` names the file when the pipeline fails on one later
 (a file changed since the check, or one checked by its header only).
+
+The header pass bounds decoding as the served model does (`keras_vit.export.limits`), before any file is decoded:
+the pixels a GIF decodes are its frames at their own size (a frame may be larger than the screen), and the work
+is bounded by the scans of a JPEG, the blocks of a GIF and a PNG's compressed data against its raw size, at
+serving's default limits, which the environment variables `KERAS_VIT_MAX_JPEG_SCANS`, `KERAS_VIT_MAX_GIF_BLOCKS`
+and `KERAS_VIT_MAX_PNG_IDAT_RATIO` raise (`keras_vit.export.limits.environment_limits`).
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
+from keras_vit.export.limits import Limits, decoding_problem, environment_limits, gif_blocks
 from training.sources import IMAGE_EXTENSIONS, InvalidDatasetError, decode_file, folder_listing, shown_path
 
 DEFAULT_MAX_IMAGE_PIXELS = 40_000_000  # 40 megapixels (7,300 x 5,500): a 36-megapixel camera's photos pass
@@ -24,11 +32,12 @@ SLOW_CHECK_SECONDS = 10.0  # an image check this long says how long it took
 
 
 def check_images(name: str, splits, skip: bool = False, *, max_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS,
-                 decode: bool = True, log=None) -> frozenset:
+                 decode: bool = True, log=None, limits: Limits | None = None) -> frozenset:
     """Checks every file of a folder dataset's `splits` before anything trains; returns the bad paths (to skip).
 
     A file is bad when the pipeline could not use it: its header is not a JPEG, PNG, GIF, BMP or WebP one, says
-    no size, or more pixels than `max_pixels` (the frames of a GIF count: TensorFlow decodes them all), or the
+    no size, or more pixels than `max_pixels` (the frames of a GIF count, each at its own size: TensorFlow decodes
+    them all), or decoding it would do more work than `limits` allow (default: `environment_limits()`), or the
     file is truncated (`image_problem`); or, with `decode`, TensorFlow's own decoder (`tf.io.decode_image`, as
     the pipeline calls it) rejects its body, e.g. a PNG corrupt after a valid header (`undecodable`: one
     parallel pass; BMPs are skipped, their exact size proves them whole). Entries of a class folder that are not
@@ -42,6 +51,7 @@ def check_images(name: str, splits, skip: bool = False, *, max_pixels: int | Non
     if not name.startswith("folder:"):
         return frozenset()
     root = name[len("folder:"):]
+    limits = limits or environment_limits()
     started = time.perf_counter()
     listings = [folder_listing(root, split) for split in dict.fromkeys(splits)]
     paths = [path for listing in listings for path in listing.paths]
@@ -49,7 +59,7 @@ def check_images(name: str, splits, skip: bool = False, *, max_pixels: int | Non
         for line in _ignored_warnings(name, [entry for listing in listings for entry in listing.ignored]):
             log(line)
     with concurrent.futures.ThreadPoolExecutor(16) as pool:  # I/O bound: many small reads
-        headers = list(pool.map(lambda path: _inspect(path, max_pixels), paths))
+        headers = list(pool.map(lambda path: _inspect(path, max_pixels, limits), paths))
     problems = {path: problem for path, (problem, _) in zip(paths, headers) if problem}
     if decode:
         problems.update(undecodable([path for path, (problem, kind) in zip(paths, headers)
@@ -71,18 +81,25 @@ def bad_files_message(name: str, bad, total: int | None = None) -> str:
     of = f" of {total}" if total is not None else ""
     large = " (downscale an image over the pixel limit, or raise --max_image_pixels)" if any(
         PIXEL_LIMIT_NOTE in problem for _, problem in bad) else ""
+    if any(DECODING_LIMIT_NOTE in problem for _, problem in bad):
+        large += (" (re-encode an image over a decoding limit, e.g. as a baseline JPEG or a plain PNG, or raise the "
+                  "limit with the environment variable its problem names)")
     return (f"{len(bad)}{of} files of dataset={name!r} cannot be used: {shown}{more}. Delete or replace them{large}, "
             f"or pass --skip_bad_images to train and evaluate without them.")
 
 
-def find_bad_files(name: str, split: str, skip_files=(), max_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS) -> list:
+def find_bad_files(name: str, split: str, skip_files=(), max_pixels: int | None = DEFAULT_MAX_IMAGE_PIXELS,
+                   listed=(), limits: Limits | None = None) -> list:
     """(path, problem) of every file of a folder dataset's `split` that the pipeline cannot use now (headers and a
     full decode), less `skip_files`: what made the pipeline fail mid-run (a file changed after the check, or one
-    checked by its header only)."""
+    checked by its header only). `listed`: the files the pipeline was built with, also checked (one deleted since
+    is not in the folder's listing now: it is `unreadable: No such file or directory`)."""
     if not name.startswith("folder:"):
         return []
-    paths = [path for path in folder_listing(name[len("folder:"):], split).paths if path not in skip_files]
-    problems = {path: problem for path in paths for problem, _ in [_inspect(path, max_pixels)] if problem}
+    limits = limits or environment_limits()
+    now = folder_listing(name[len("folder:"):], split).paths
+    paths = [path for path in dict.fromkeys([*listed, *now]) if path not in skip_files]
+    problems = {path: problem for path in paths for problem, _ in [_inspect(path, max_pixels, limits)] if problem}
     problems.update(undecodable([path for path in paths if path not in problems]))
     return [(path, problems[path]) for path in paths if path in problems]
 
@@ -116,23 +133,27 @@ def tf_reason(error) -> str:
     return re.sub(r"\s*\[\[\{\{node [^]]*\]\]$", "", text)[:200] or type(error).__name__
 
 
-def image_problem(path: str, max_pixels: int | None = None) -> str | None:
+def image_problem(path: str, max_pixels: int | None = None, limits: Limits | None = None) -> str | None:
     """Why the pipeline could not use the file at `path` (None: it looks usable), from its header and tail.
 
     Checks the magic bytes, a non-zero width and height, the number of pixels against `max_pixels` (None: no
-    limit; a GIF's are its screen size times its frames, all of which `tf.io.decode_image` decodes), and
+    limit; a GIF's are its largest frame's size, or its screen's when larger, times its frames, all of which
+    `tf.io.decode_image` decodes), the decoding work against `limits` (`keras_vit.export.limits.decoding_problem`:
+    JPEG scans, GIF blocks, PNG compressed data; default `environment_limits()`), and
     truncation: the end marker near the end of a JPEG or PNG, a GIF's blocks up to its trailer, the exact size
     TensorFlow requires of a BMP, the RIFF size of a WebP (an animated WebP is refused: TensorFlow decodes it
     only as RGBA). Pixels are not decoded (`undecodable` does).
     """
-    return _inspect(path, max_pixels)[0]
+    return _inspect(path, max_pixels, limits or environment_limits())[0]
 
 
 PIXEL_LIMIT_NOTE = "over the pixel limit"
+DECODING_LIMIT_NOTE = "over the limit of"
 
 
-def _inspect(path, max_pixels):
+def _inspect(path, max_pixels, limits):
     """(problem or None, format) of the file at `path`; the header checks of `image_problem`."""
+    data = None
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
@@ -147,7 +168,8 @@ def _inspect(path, max_pixels):
                 kind, found = "PNG", _png_size(head, tail)
             elif head[:6] in (b"GIF87a", b"GIF89a"):
                 f.seek(0)
-                kind, found = "GIF", _gif_size(head, f.read())
+                data = f.read()
+                kind, found = "GIF", _gif_size(head, data, limits)
             elif head.startswith(b"BM"):
                 kind, found = "BMP", _bmp_size(head, size)
             elif head.startswith(b"RIFF") and head[8:12] == b"WEBP":
@@ -158,12 +180,24 @@ def _inspect(path, max_pixels):
         return f"unreadable: {error.strerror or error}", None
     if isinstance(found, str):
         return found, kind
-    width, height, frames = found
+    width, height, frames = found[:3]
     pixels = width * height * frames
     if max_pixels and pixels > max_pixels:
         of = f" x {frames} frames" if frames > 1 else ""
-        return (f"{kind} of {width}x{height}{of} = {pixels:,} pixels, {PIXEL_LIMIT_NOTE} of {max_pixels:,} "
+        screen = f" (frames larger than its {found[3]}x{found[4]} screen)" if kind == "GIF" and found[3:] != (
+            width, height) else ""
+        return (f"{kind} of {width}x{height}{of}{screen} = {pixels:,} pixels, {PIXEL_LIMIT_NOTE} of {max_pixels:,} "
                 f"(--max_image_pixels)"), kind
+    if kind in ("JPEG", "PNG", "GIF"):  # the work of decoding it, from its bytes (a GIF's are read already)
+        try:
+            if data is None:
+                with open(path, "rb") as f:
+                    data = f.read()
+        except OSError as error:
+            return f"unreadable: {error.strerror or error}", kind
+        problem = decoding_problem(data, limits)
+        if problem:
+            return problem, kind
     return None, kind
 
 
@@ -177,8 +211,10 @@ def _png_size(head, tail):
     return width, height, 1
 
 
-def _gif_size(head, blob):
-    """(width, height, frames) of a GIF, walking its blocks to the trailer; a problem string if it cannot."""
+def _gif_size(head, blob, limits):
+    """(width, height, frames, screen width, screen height) of a GIF, walking its blocks to the trailer; a problem
+    string if it cannot. The size is the largest of the screen and every frame (giflib allocates each frame at
+    its own size), and the frames those giflib reads: serving's walk (`keras_vit.export.limits.gif_blocks`)."""
     if len(head) < 13 or 0 in struct.unpack("<HH", head[6:10]):
         return "GIF without a valid screen size"
     width, height = struct.unpack("<HH", head[6:10])
@@ -197,7 +233,10 @@ def _gif_size(head, blob):
     while position is not None and position < len(blob):
         block = blob[position]
         if block == 0x3B:  # trailer
-            return (width, height, frames) if frames else "GIF without an image"
+            if not frames:
+                return "GIF without an image"
+            walked, frame_height, frame_width, _ = gif_blocks(blob, limits.max_gif_blocks)
+            return (max(width, frame_width), max(height, frame_height), max(frames, walked), width, height)
         if block == 0x21:  # extension: label, then sub-blocks
             position = skip_sub_blocks(position + 2)
         elif block == 0x2C:  # image descriptor (10 bytes), local colour table, LZW code size, sub-blocks

@@ -3,7 +3,9 @@
 An image that fails in the pipeline (changed since the check, or checked by its header only) is found by
 decoding the split again (`training.image_checks.find_bad_files`): with `skip_bad_images` it is left out and the
 pipeline rebuilt from the same step (the training stream, `Batches`) or the evaluation rebuilt; otherwise it is
-named (`training.sources.InvalidDatasetError`) after the state reached is saved.
+named (`training.sources.ImageFailedMidRunError`, exit status 5) after the state reached is saved. A file deleted
+since the pipeline was built is found too: the files it was built with (`listed_files`) are checked, not only
+those the folder holds now.
 """
 
 from __future__ import annotations
@@ -13,12 +15,20 @@ import os
 import tensorflow as tf
 
 from training.image_checks import count, find_bad_files
-from training.sources import InvalidDatasetError, dataset_source, shown_path
+from training.sources import ImageFailedMidRunError, dataset_source, folder_listing, shown_path
 
 # What a failing input pipeline raises: a file that does not decode (InvalidArgument), is gone (NotFound), cannot
 # be read (PermissionDenied, DataLoss, Unknown for other I/O errors).
 _INPUT_ERRORS = (tf.errors.InvalidArgumentError, tf.errors.NotFoundError, tf.errors.PermissionDeniedError,
                  tf.errors.DataLossError, tf.errors.UnknownError)
+
+
+def listed_files(name: str, splits) -> dict:
+    """{split: the image paths of that split} of a folder dataset (empty for others): the files its pipelines are
+    built with, so that one deleted mid-run can be named (`find_bad_files(listed=...)`)."""
+    if not name.startswith("folder:"):
+        return {}
+    return {split: tuple(folder_listing(name[len("folder:"):], split).paths) for split in dict.fromkeys(splits)}
 
 
 class Batches:
@@ -35,11 +45,11 @@ class Batches:
 
 class ImageFailuresMixin:
     """The image-failure steps of `training.loop`'s run; it has `cfg`, `images`, `skip_files`, `train_split`,
-    `eval_split`, `checkpoint_dir`, `evaluate`, `_save` and `_print`."""
+    `eval_split`, `checkpoint_dir`, `evaluate`, `_save` and `_print` (and `listed`: `listed_files`)."""
 
     def _checked_step(self, train_step, batches, step):
         """`train_step(batches.current)`; when the input pipeline fails on a file: rebuilt without it and run again
-        (--skip_bad_images), else the state reached is saved and the file named (`InvalidDatasetError`)."""
+        (--skip_bad_images), else the state reached is saved and the file named (`ImageFailedMidRunError`)."""
         while True:
             try:
                 return train_step(batches.current)
@@ -66,7 +76,8 @@ class ImageFailuresMixin:
     def _bad_files(self, error, split):
         """The files of `split` that fail now (after `error` from the pipeline); re-raises `error` when none does
         (not a bad file: a bug, memory, ... to see as it is)."""
-        bad = find_bad_files(self.cfg.dataset, split, self.skip_files, self.images["max_pixels"])
+        bad = find_bad_files(self.cfg.dataset, split, self.skip_files, self.images["max_pixels"],
+                             listed=getattr(self, "listed", {}).get(split, ()))
         if not bad:
             raise error
         return bad
@@ -93,10 +104,10 @@ class ImageFailuresMixin:
                 self._save(save_step)
             saved = f" The state of step {save_step} is saved ({prefix}); the rerun resumes from it."
         check = ("it was checked by its header only (--image_check=headers)" if self.images["check"] != "decode"
-                 else "it passed the check before training, so it changed since")
+                 else "it passed the check before training, so it was changed or deleted since")
         files = "; ".join(f"{shown_path(path)} ({problem})" for path, problem in bad[:5])
         more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
-        return InvalidDatasetError(
+        return ImageFailedMidRunError(
             f"{count(len(bad), 'image file')} of {shown_path(self.cfg.dataset)} {split} failed {when} ({check}): "
             f"{files}{more}.{saved} Delete or replace {'it' if len(bad) == 1 else 'them'} and rerun the same "
             f"command, or rerun it with --skip_bad_images to leave {'it' if len(bad) == 1 else 'them'} out."

@@ -38,7 +38,7 @@ from training.checkpoints import CheckpointsMixin
 from training.config import Config
 from training.finish import FinishMixin
 from training.image_checks import DEFAULT_MAX_IMAGE_PIXELS, check_images
-from training.image_failures import Batches, ImageFailuresMixin
+from training.image_failures import Batches, ImageFailuresMixin, listed_files
 from training.model import build_model, fetch_weights
 from training.optim import make_optimizer
 from training.sources import InvalidDatasetError, dataset_source, default_splits, shown_path
@@ -71,6 +71,8 @@ def run(cfg: Config, strategy: tf.distribute.Strategy | None = None, *, resume_w
             different config, or checkpoint files none of which can be restored.
         InvalidDatasetError: for unusable images or an empty class folder of a folder dataset (also when
             an image fails to decode during training or the final evaluation: the state reached is saved first).
+            An image that fails in the pipeline during training or a mid-training evaluation (deleted, changed,
+            unreadable) is an `ImageFailedMidRunError` (its subclass; exit status 5 of `training.train`).
         ValueError: for a config that does not fit the data or the strategy.
     """
     previous_policy = keras.config.dtype_policy()
@@ -115,6 +117,7 @@ class _Run(WorkdirMixin, CheckpointsMixin, ImageFailuresMixin, FinishMixin):
         self.skip_files = check_images(
             cfg.dataset, (self.train_split, self.eval_split), skip=self.images["skip"],
             max_pixels=self.images["max_pixels"], decode=self.images["check"] == "decode", log=self._print)
+        self.listed = listed_files(cfg.dataset, (self.train_split, self.eval_split))  # to name one deleted mid-run
         if self.skip_files:
             self._print(f"skipping {len(self.skip_files)} image file(s) of {shown_path(cfg.dataset)} that cannot "
                         f"be used (--skip_bad_images), e.g. {shown_path(min(self.skip_files))}")

@@ -43,6 +43,14 @@ class InvalidDatasetError(ValueError):
     """The dataset's files cannot be used as they are; the message names them and says how to fix them."""
 
 
+class ImageFailedMidRunError(InvalidDatasetError):
+    """An image file failed in the input pipeline of a run under way (deleted, changed or unreadable since the
+    check before training, or checked by its header only): the message names it and the state saved before it.
+    `python -m training.train` exits with `exit_status` (5) for it."""
+
+    exit_status = 5
+
+
 @dataclasses.dataclass(frozen=True)
 class Source:
     """An undecoded split: `(encoded_or_array, label)` elements, a decode function, and counts."""

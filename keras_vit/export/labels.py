@@ -6,6 +6,7 @@ uses it when no `--labels` is given. A Hugging Face checkpoint names its classes
 (`id2label`): `huggingface_labels` reads them.
 """
 
+import io
 import json
 import logging
 import os
@@ -75,9 +76,23 @@ def write(path: str, labels: list[str]) -> None:
 
 
 def read(path: str) -> list[str]:
-    """The labels of a label file: one a line, blank lines skipped."""
-    with open(path, encoding="utf-8") as file:
-        return [line.rstrip("\r\n") for line in file if line.strip()]
+    """The labels of a label file: one a line, blank lines skipped.
+
+    Raises:
+        ValueError: when the file is not UTF-8 text (e.g. an image given as the labels), naming it and the first
+            byte that is not.
+    """
+    with open(path, "rb") as file:
+        data = file.read()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(
+            f"The labels file {path} is not a UTF-8 text file of one label a line: byte 0x{data[error.start]:02x} at "
+            f"offset {error.start} is not UTF-8 (starts with {data[:8]!r}). Give a text file with one class name a "
+            f"line, in the order of the model's classes. Received: {path}"
+        ) from None
+    return [line.rstrip("\r\n") for line in io.StringIO(text, newline=None) if line.strip()]  # as open() reads
 
 
 def sidecar_path(model_path) -> str:

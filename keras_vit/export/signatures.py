@@ -168,9 +168,24 @@ class Signatures:
         images = tf.ensure_shape(images, [None, self._spec.height, self._spec.width, 3])
         return {self._spec.output_name: self._model_outputs(images)}
 
+    @staticmethod
+    def _check_encoded(images):
+        """An op refusing a request that is not a 1-D batch of strings (a scalar, a 2-D batch: TF Serving feeds
+        them whatever the signature declares). The declared rank (1) lets graph optimisation fold a rank test
+        away, so the shape is padded with -1 to 2 entries: [batch, -1] only for rank 1."""
+        shape = tf.shape(images)
+        padded = tf.concat([shape, tf.constant([-1, -1])], 0)[:2]
+        return tf.debugging.Assert(
+            tf.logical_and(padded[0] >= 0, tf.equal(padded[1], -1)),
+            ["`images` must be a 1-D batch of encoded images (tf.string [batch], e.g. [jpeg_bytes] for one image); "
+             "received shape:", shape],
+        )
+
     def serve_encoded(self, images):
         """tf.string [B] of encoded images -> {`scores`, `classes`, `labels`} (or {`features`})."""
         spec = self._spec
+        with tf.control_dependencies([self._check_encoded(images)]):
+            images = tf.identity(images)
         pixels = decode.decode_images(images, spec.height, spec.width, self._limits)
         outputs = self._model_outputs(pixels)
         if spec.classes is None:

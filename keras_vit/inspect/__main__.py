@@ -67,10 +67,24 @@ def load_images(paths, size):
 
     images = []
     for path in paths:
+        _check_decoding_work(path)
         with Image.open(path) as image:
             image = image.convert("RGB").resize((size[1], size[0]), Image.BILINEAR)
             images.append(np.asarray(image, dtype=np.float32))
     return np.stack(images)
+
+
+def _check_decoding_work(path):
+    """Refuses, before decoding, an image whose decoding would do more work than the served model allows (the
+    scans of a JPEG, the blocks of a GIF, a PNG's compressed data against its raw size:
+    `keras_vit.export.limits.decoding_problem`, raised by the `KERAS_VIT_MAX_*` environment variables)."""
+    from keras_vit.export.limits import decoding_problem, environment_limits
+
+    with open(path, "rb") as f:
+        problem = decoding_problem(f.read(), environment_limits())
+    if problem:
+        raise ValueError(f"The image {path} cannot be read within the decoding limits: {problem}. Re-encode it (e.g. "
+                         f"as a baseline JPEG or a plain PNG), or raise the limit as said. Received: --images={path}")
 
 
 def run(argv):
