@@ -17,12 +17,13 @@ import numpy as np
 from absl import flags
 
 from keras_vit import cli
+from keras_vit.cli import model as cli_model
 
 FLAGS = flags.FlagValues()
-cli.define_model(FLAGS, default="vit_b16")
-cli.define_weights(FLAGS, default="none")
-cli.define_image_size(FLAGS)
-cli.define_classes(FLAGS)
+cli_model.define_model(FLAGS, default="vit_b16")
+cli_model.define_weights(FLAGS, default="none")
+cli_model.define_image_size(FLAGS)
+cli_model.define_classes(FLAGS)
 flags.DEFINE_string("image", None, "An image file to classify (default: a generated colour gradient).",
                     flag_values=FLAGS)
 flags.register_validator("image", lambda image: image is None or os.path.isfile(image),
@@ -56,7 +57,7 @@ def _pillow():
 def _labels(classes):
     from keras_vit.export import labels
 
-    keras_file = cli.keras_file_of(FLAGS)
+    keras_file = cli_model.keras_file_of(FLAGS)
     sidecar = labels.sidecar_path(keras_file) if keras_file else None
     if sidecar and os.path.isfile(sidecar):
         found = labels.read(sidecar)
@@ -89,7 +90,7 @@ def run(argv):
 
     if FLAGS.image is not None:
         _pillow()  # a missing Pillow stops the run before the model is built
-    model = cli.model_from_flags(FLAGS)
+    model = cli_model.model_from_flags(FLAGS)
     model.summary()
     print(f"{model.name}: {model.count_params():,} parameters")
     outputs = np.asarray(model.predict(_image(model, FLAGS.image), verbose=0))[0]
@@ -100,7 +101,7 @@ def run(argv):
         names = _labels(len(probs))
         top = np.argsort(probs)[::-1][:3]
         what = FLAGS.image or "a generated image"
-        weights = "random weights" if FLAGS.weights.lower() == "none" and not cli.keras_file_of(FLAGS) else "trained"
+        weights = "random weights" if FLAGS.weights.lower() == "none" and not cli_model.keras_file_of(FLAGS) else "trained"
         print(f"top-3 classes of {what} ({weights}):", ", ".join(
             f"{i}{f' ({names[i]})' if names else ''}: {probs[i]:.4f}" for i in top), f"({kind})")
     print(f"keras_vit {keras_vit.__version__} OK")

@@ -323,7 +323,7 @@ def is_bit(model: str) -> bool:
     return variants.bit_name(model) is not None
 
 
-def build_model(model: str, weights=None, **kwargs):
+def model_from_name(model: str, weights=None, **kwargs):
     """A keras_vit model from a constructor name (`"vit_b16"`) or a `.keras` file: the CLIs' `--model`.
 
     Args:
@@ -341,7 +341,7 @@ def build_model(model: str, weights=None, **kwargs):
             cannot find (a custom layer whose module was not imported), or weights that do not fit.
 
     Example:
-        >>> build_model("vit_ti16", weights=None, input_shape=(32, 32, 3), classes=3).output_shape
+        >>> model_from_name("vit_ti16", weights=None, input_shape=(32, 32, 3), classes=3).output_shape
         (None, 3)
     """
     if model.lower() in CONSTRUCTORS:

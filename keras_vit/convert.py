@@ -17,6 +17,7 @@ import os
 from absl import flags
 
 from keras_vit import cli, model_parts, weights_files
+from keras_vit.cli import model as cli_model
 from keras_vit.download import sha256
 
 
@@ -89,7 +90,7 @@ def convert(source, destination: str, variant: str | None = None, image_size: in
     check_destination(destination)
     if variant is not None:
         variant = get_variant(variant).model_name
-    model = cli.build_model(variant, source, image_size=image_size, classes=classes)  # the head as Keras Applications build it (softmax): the file carries it
+    model = cli_model.model_from_flag_values(variant, source, image_size=image_size, classes=classes)  # the head as Keras Applications build it (softmax): the file carries it
     cli.progress(f"writing {destination} ...")
     _save(model, destination)
     return model, sha256(destination)
@@ -125,14 +126,14 @@ def summary(model, source, destination: str, digest: str, source_path: str | Non
 
 
 FLAGS = flags.FlagValues()
-cli.define_weights(FLAGS, help="The checkpoint to convert: a .npz, .safetensors or Hugging Face folder, or a "
+cli_model.define_weights(FLAGS, help="The checkpoint to convert: a .npz, .safetensors or Hugging Face folder, or a "
                    "published name (then --model is required).")
 cli.require(FLAGS, "weights")
 flags.register_validator("weights", lambda weights: weights.lower() != "none", "--weights=none has nothing to "
                          "convert: pass a checkpoint file or a published name", flag_values=FLAGS)
 NOT_CONVERTIBLE = ("keras_vit.convert converts ViT checkpoints; BiT checkpoints are not supported (a BiT ResNet "
                    "trains from scratch: python -m training.train --model=bit_r50x1).")
-cli.define_model(FLAGS, keras_files=False, refuse_bit=NOT_CONVERTIBLE, help="The variant the checkpoint must "
+cli_model.define_model(FLAGS, keras_files=False, refuse_bit=NOT_CONVERTIBLE, help="The variant the checkpoint must "
                  "match, e.g. vit_b16 (default: the architecture the checkpoint describes; required with a "
                  "published name).")
 flags.register_multi_flags_validator(
@@ -141,9 +142,9 @@ flags.register_multi_flags_validator(
 cli.define_out(FLAGS, "The .weights.h5 file to write.")
 flags.register_validator("out", lambda out: out.endswith(".weights.h5"), "--out must end in `.weights.h5`",
                          flag_values=FLAGS)
-cli.define_image_size(FLAGS, help="Resolution to build at, resampling the position embedding (default: the "
+cli_model.define_image_size(FLAGS, help="Resolution to build at, resampling the position embedding (default: the "
                       "checkpoint's).")
-cli.define_classes(FLAGS, help="Classes of a new zero-initialised head (default: the checkpoint's head).")
+cli_model.define_classes(FLAGS, help="Classes of a new zero-initialised head (default: the checkpoint's head).")
 cli.define_verbose(FLAGS)
 cli.name_arguments(FLAGS, destination="out")  # `convert`'s errors in the flags' words
 

@@ -11,6 +11,7 @@ from absl import flags
 
 import keras_vit
 from keras_vit import applications, cli, model_parts, variants
+from keras_vit.cli import model as cli_model
 from training import config as config_lib
 
 
@@ -21,14 +22,14 @@ def test_the_table_resolves_the_bit_names():
         assert variants.bit_name(spelling) == "bit_r50x1" and applications.is_bit(spelling)
     for other in ("vit_b16", "tiny", "x.keras", None):
         assert variants.bit_name(other) is None
-    model = applications.build_model("BiT-R50x1", input_shape=(32, 32, 3), classes=3, classifier_activation=None)
+    model = applications.model_from_name("BiT-R50x1", input_shape=(32, 32, 3), classes=3, classifier_activation=None)
     assert model.name == "bit_r50x1" and model.output_shape == (None, 3)
     assert model.count_params() == 23_500_352 + 2048 * 3 + 3  # ResNet-50 v2 body + a 3-class head
 
 
 @pytest.mark.e2e  # a full-size ResNet-50 built three times
 def test_a_bit_built_by_name_round_trips_through_keras_in_safe_mode(tmp_path):
-    model = cli.build_model("bit_r50x1", "none", image_size=32, classes=4)
+    model = cli_model.model_from_flag_values("bit_r50x1", "none", image_size=32, classes=4)
     head = model_parts.head(model)
     head.kernel.assign(np.random.default_rng(0).normal(0, 0.05, head.kernel.shape))  # else a uniform output
     images = np.random.default_rng(1).uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
@@ -37,7 +38,7 @@ def test_a_bit_built_by_name_round_trips_through_keras_in_safe_mode(tmp_path):
     model.save(path)
     restored = keras.saving.load_model(path)  # safe mode: no safe_mode=False needed
     np.testing.assert_allclose(keras.ops.convert_to_numpy(restored(images)), expected, atol=1e-5)
-    again = cli.build_model(path)  # the CLIs' `--model=bit.keras`
+    again = cli_model.model_from_flag_values(path)  # the CLIs' `--model=bit.keras`
     np.testing.assert_allclose(keras.ops.convert_to_numpy(again(images)), expected, atol=1e-5)
 
 
@@ -45,9 +46,9 @@ def test_vit_arguments_and_checkpoints_are_refused_by_the_bit_constructor():
     with pytest.raises(ValueError, match=r"'patch_size' is not an argument of the BiT ResNet 'bit_r50x1'"):
         keras_vit.BiT_R50x1(patch_size=16)
     with pytest.raises(ValueError, match=r"--pooling=token applies to ViT models only.*--model='BiT-R50x1'"):
-        cli.build_model("BiT-R50x1", "none", pooling="token")
+        cli_model.model_from_flag_values("BiT-R50x1", "none", pooling="token")
     with pytest.raises(ValueError, match=r"--weights='imagenet21k' is a published ViT checkpoint"):
-        cli.build_model("bit_r50x1", "imagenet21k")
+        cli_model.model_from_flag_values("bit_r50x1", "imagenet21k")
 
 
 def test_fewshot_takes_the_mean_features_of_a_bit():

@@ -13,6 +13,7 @@ import pytest
 from absl import flags
 
 from keras_vit import cli
+from keras_vit.cli import model as cli_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOOLS = ["keras_vit", "keras_vit.convert", "keras_vit.export", "keras_vit.inspect", "training.fewshot", "training.train"]
@@ -113,11 +114,11 @@ def test_a_failure_is_one_error_line_and_exit_1():
 @pytest.fixture
 def tool_flags():
     fv = flags.FlagValues()
-    cli.define_model(fv, required=True)
-    cli.define_weights(fv, required=True, purpose="this test")
-    cli.define_image_size(fv)
-    cli.define_classes(fv)
-    cli.define_pooling(fv)
+    cli_model.define_model(fv, required=True)
+    cli_model.define_weights(fv, required=True, purpose="this test")
+    cli_model.define_image_size(fv)
+    cli_model.define_classes(fv)
+    cli_model.define_pooling(fv)
     cli.define_out(fv, "Where it goes.")
     cli.define_verbose(fv)
     return fv
@@ -219,7 +220,7 @@ def test_failures_exit_1_with_a_traceback_only_with_verbose(tool_flags, capsys):
 
 def test_flag_spelling_turns_the_arguments_a_tool_sets_into_its_flags():
     fv = flags.FlagValues()
-    cli.define_weights(fv)
+    cli_model.define_weights(fv)
     cli.define_out(fv)
     flags.DEFINE_bool("overwrite", False, "Replace.", flag_values=fv)
     flags.DEFINE_integer("version", None, "Version.", flag_values=fv)
@@ -271,7 +272,7 @@ def test_failures_of_the_work_are_printed_in_the_words_of_the_flags(tool_flags, 
 
 def test_help_text_shows_defaults_and_required(capsys):
     fv = flags.FlagValues()
-    cli.define_model(fv, default="vit_b16")
+    cli_model.define_model(fv, default="vit_b16")
     flags.DEFINE_list("shots", ["1", "5"], "Shots.", flag_values=fv)
     cli.define_out(fv, "Where it goes.")
     cli.define_verbose(fv)
@@ -284,13 +285,13 @@ def test_help_text_shows_defaults_and_required(capsys):
 
 def test_build_model_refuses_architecture_flags_for_a_keras_file(tmp_path):
     with pytest.raises(ValueError, match="--image_size cannot apply to a .keras model"):
-        cli.build_model(str(tmp_path / "m.keras"), image_size=64)
+        cli_model.model_from_flag_values(str(tmp_path / "m.keras"), image_size=64)
     with pytest.raises(ValueError, match="--pooling cannot apply"):
-        cli.build_model("vit_b16", str(tmp_path / "m.keras"), pooling="token")
+        cli_model.model_from_flag_values("vit_b16", str(tmp_path / "m.keras"), pooling="token")
 
 
 def test_build_model_accepts_any_variant_spelling():
-    model = cli.build_model("ViT-Ti/16", "none", image_size=32, classes=3)
+    model = cli_model.model_from_flag_values("ViT-Ti/16", "none", image_size=32, classes=3)
     assert model.input_shape == (None, 32, 32, 3) and model.output_shape == (None, 3)
 
 

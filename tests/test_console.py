@@ -1,4 +1,4 @@
-"""keras_vit.console: keras_vit's own log lines print plainly while a tool runs (`warning: ...`), not through the
+"""keras_vit.cli.console: keras_vit's own log lines print plainly while a tool runs (`warning: ...`), not through the
 root logger, where absl's handler (installed by `absl.app.run`) would prefix them; other libraries' lines keep
 their way."""
 
@@ -10,7 +10,8 @@ import sys
 import pytest
 from absl import flags
 
-from keras_vit import cli, console
+from keras_vit import cli
+from keras_vit.cli import console
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

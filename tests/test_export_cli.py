@@ -156,7 +156,7 @@ def test_a_hugging_face_folders_id2label_names_the_exported_classes(tmp_path, ca
     import shutil
 
     import keras_vit
-    from keras_vit import cli
+    from keras_vit.cli import model as cli_model
 
     folder = tmp_path / "hf"
     shutil.copytree(os.path.join(os.path.dirname(__file__), "data", "torch_golden", "hf_gelu"), folder)
@@ -165,7 +165,7 @@ def test_a_hugging_face_folders_id2label_names_the_exported_classes(tmp_path, ca
     (folder / "config.json").write_text(json.dumps(config))
     base = str(tmp_path / "served")
     # the fixture is no published variant, which --model must name: the model is the checkpoint's own
-    monkeypatch.setattr(cli, "model_from_flags", lambda flag_values: keras_vit.ViT(weights=str(folder)))
+    monkeypatch.setattr(cli_model, "model_from_flags", lambda flag_values: keras_vit.ViT(weights=str(folder)))
     assert main(["--model=vit_ti16", f"--weights={folder}", "--out", base]) == 0
     assert f"labels: 3 from the id2label of {folder}" in capsys.readouterr().out
     with open(os.path.join(base, "1", "assets", "labels.txt"), encoding="utf-8") as file:

@@ -122,14 +122,14 @@ def _one_error_line(capsys):
 
 
 def test_smoke_test_image_without_pillow_stops_before_building_the_model(tmp_path, monkeypatch, capsys):
-    from keras_vit import cli_model
+    from keras_vit.cli import model as cli_model
     from keras_vit.__main__ import main
 
     image = tmp_path / "a.png"
     image.write_bytes(b"\x89PNG\r\n\x1a\n")
     _block(monkeypatch, "PIL", "PIL.Image")
     built = []
-    monkeypatch.setattr(cli_model, "build_model", lambda *args, **kwargs: built.append(args))
+    monkeypatch.setattr(cli_model, "model_from_flag_values", lambda *args, **kwargs: built.append(args))
     assert main(["--model=vit_b16", f"--image={image}"]) == 1
     out, message = _one_error_line(capsys)
     _check_message(message, "reading --image", "Pillow", "image")

@@ -117,7 +117,7 @@ def test_a_zip_bomb_member_is_refused_by_its_declared_size(files, tmp_path, monk
             bomb.writestr(name, data)
     refused_fast(path, r"declares its member config.json at 1,04\d,\d{3} bytes \(limit 4,096\)")
     with pytest.raises(ValueError, match="config.json"):
-        applications.build_model(path)  # the CLIs' --model=FILE.keras
+        applications.model_from_name(path)  # the CLIs' --model=FILE.keras
 
 
 def test_a_config_that_is_not_json_names_the_file(files, tmp_path):

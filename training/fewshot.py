@@ -24,6 +24,7 @@ import numpy as np
 from absl import flags
 
 from keras_vit import cli, variants
+from keras_vit.cli import model as cli_model
 
 L2_REG = 2.0**10
 BIAS_FEATURE = 100.0
@@ -181,13 +182,13 @@ def representation_model(model):
 
 
 def load_representation_model(model, weights=None, image_size=None, classifier=None):
-    """A representation model from a constructor name (`vit_b16`) or a `.keras` file (`cli.build_model`)."""
+    """A representation model from a constructor name (`vit_b16`) or a `.keras` file (`cli_model.model_from_flag_values`)."""
     kwargs = {} if classifier is None else {"classifier": classifier}
     if model.endswith(".keras") or str(weights).endswith(".keras"):
-        built = cli.build_model(model, weights, **kwargs)
+        built = cli_model.model_from_flag_values(model, weights, **kwargs)
     else:
         pooling = "avg" if classifier == "gap" or variants.bit_name(model) else "token"  # a BiT ResNet: mean features
-        built = cli.build_model(model, weights, image_size=image_size, pooling=pooling, **kwargs)
+        built = cli_model.model_from_flag_values(model, weights, image_size=image_size, pooling=pooling, **kwargs)
     return representation_model(built)
 
 
@@ -206,11 +207,11 @@ def representations(model, dataset):
 
 
 FLAGS = flags.FlagValues()
-cli.define_model(FLAGS, required=True)
-cli.define_weights(FLAGS, required=True, purpose="the few-shot accuracies")
+cli_model.define_model(FLAGS, required=True)
+cli_model.define_weights(FLAGS, required=True, purpose="the few-shot accuracies")
 flags.DEFINE_enum("classifier", None, ["token", "gap"], "For a variant name: token ([class] token) or gap (mean "
                   "of the patch tokens) representations (default: the variant's, token).", flag_values=FLAGS)
-cli.define_image_size(FLAGS)
+cli_model.define_image_size(FLAGS)
 flags.DEFINE_string("dataset", "digits", "digits (embedded), folder:PATH (ImageFolder) or a tensorflow-datasets "
                     "name.", flag_values=FLAGS)
 flags.DEFINE_string("data_dir", None, "tensorflow-datasets data directory (default: tensorflow-datasets' own, "

@@ -32,13 +32,14 @@ import os
 from absl import flags
 
 from keras_vit import cli
+from keras_vit.cli import model as cli_model
 from keras_vit.export import limits as limits_module
 
 FORMATS = ("saved_model", "tflite", "onnx")
 
 FLAGS = flags.FlagValues()
-cli.define_model(FLAGS, required=True)
-cli.define_weights(FLAGS, required=True, purpose="the served predictions")
+cli_model.define_model(FLAGS, required=True)
+cli_model.define_weights(FLAGS, required=True, purpose="the served predictions")
 cli.define_out(FLAGS, "The TF Serving model base path: SavedModels go to OUT/<version>/, TFLite files to "
                "OUT/tflite/, ONNX to OUT/onnx/.")
 flags.DEFINE_enum("format", "saved_model", list(FORMATS), "What to write.", flag_values=FLAGS)
@@ -49,9 +50,9 @@ flags.DEFINE_integer("top_k", 5, "Classes returned per image by serving_default.
 flags.DEFINE_string("labels", None, "Text file with one label per class, one a line (default: "
                     "<model>.labels.txt beside a .keras model, else ImageNet's names or class_<i>).",
                     flag_values=FLAGS)
-cli.define_image_size(FLAGS)
-cli.define_classes(FLAGS)
-cli.define_pooling(FLAGS, help="Export features instead of classes: no head, this pooling of the tokens "
+cli_model.define_image_size(FLAGS)
+cli_model.define_classes(FLAGS)
+cli_model.define_pooling(FLAGS, help="Export features instead of classes: no head, this pooling of the tokens "
                    "(token: the [class] token, avg/max: over the patch tokens) (default: the head).")
 _CEILINGS = limits_module.CEILINGS
 flags.DEFINE_integer("max_pixels", limits_module.DEFAULT_MAX_PIXELS, "Largest decoded image (width x height, "
@@ -124,7 +125,7 @@ def labels_from_flags():
 
     path = FLAGS.labels
     if path is None:
-        keras_file = cli.keras_file_of(FLAGS)
+        keras_file = cli_model.keras_file_of(FLAGS)
         sidecar = labels.sidecar_path(keras_file) if keras_file else None
         if sidecar is None or not os.path.isfile(sidecar):
             return None
@@ -152,7 +153,7 @@ def run(argv):
         targets = [(None, os.path.join(out, "onnx", "model.onnx"))]
     _refuse_existing([path for _, path in targets], FLAGS.overwrite)
     labels = labels_from_flags()
-    model = cli.model_from_flags(FLAGS)
+    model = cli_model.model_from_flags(FLAGS)
     if labels is None and FLAGS.weights:  # a Hugging Face checkpoint exported as it is: its own id2label
         from keras_vit.export import labels as label_utils
 

@@ -17,15 +17,16 @@ import numpy as np
 from absl import flags
 
 from keras_vit import cli
+from keras_vit.cli import model as cli_model
 
 FLAGS = flags.FlagValues()
 NOT_A_VIT = ("keras_vit.inspect draws a ViT's attention maps, attention distances, position embeddings and "
              "patch-embedding filters; a BiT ResNet has none of them (no attention, no patches): inspect a ViT "
              "(e.g. vit_b16) or a hybrid (e.g. vit_r50_b16, vit_r26_s32) instead.")
-cli.define_model(FLAGS, required=True, refuse_bit=NOT_A_VIT)
-cli.define_weights(FLAGS, required=True, purpose="the attention maps and distances")
-cli.define_image_size(FLAGS)
-cli.define_classes(FLAGS)
+cli_model.define_model(FLAGS, required=True, refuse_bit=NOT_A_VIT)
+cli_model.define_weights(FLAGS, required=True, purpose="the attention maps and distances")
+cli_model.define_image_size(FLAGS)
+cli_model.define_classes(FLAGS)
 flags.DEFINE_multi_string("images", None, "An image file (any format PIL reads), e.g. --images=a.jpg "
                           "--images=b.jpg for two", flag_values=FLAGS)  # absl adds "; repeat this option ..."
 cli.require(FLAGS, "images")
@@ -56,7 +57,7 @@ def load_model(model, weights=None, image_size=None):
     Returns:
         A `keras.Model`.
     """
-    return cli.build_model(model, weights, image_size=image_size)
+    return cli_model.model_from_flag_values(model, weights, image_size=image_size)
 
 
 def load_images(paths, size):
@@ -91,7 +92,7 @@ def run(argv):
     paths = FLAGS.images
     from keras_vit.inspect.report import write_report
 
-    model = cli.model_from_flags(FLAGS)
+    model = cli_model.model_from_flags(FLAGS)
     from keras_vit import model_parts
 
     if not any(layer.name == model_parts.PATCH_ENCODER for layer in model.layers):  # e.g. a BiT .keras file

@@ -8,7 +8,7 @@
   --images=a.jpg` where the tool names the flag, `take_positional_as`). The flags the tools share are defined by
   the helpers here so that they are spelled and mean the same everywhere: `--model` (a variant name such as
   `vit_b16`, the BiT ResNet `bit_r50x1`, or a `.keras` file), `--weights` (`none` for random initialisation, a
-  published name, or a file), `--image_size`, `--classes`, `--pooling` (`keras_vit.cli_model`, which also turns
+  published name, or a file), `--image_size`, `--classes`, `--pooling` (`keras_vit.cli.model`, which also turns
   them into a model), `--out` (where the tool writes) and `--verbose`. A required flag (`require`, which says
   "(required)" in `--help`) and a value are checked by absl's validators (`flags.register_validator`,
   `flags.register_multi_flags_validator`) when the flags are parsed.
@@ -25,24 +25,25 @@
   prints them in its flags' words (`pass --weights=none`, `--overwrite`): `flag_spelling`, the one place where
   the translation lives (`name_arguments` for a library argument named unlike its flag, `destination` ->
   `--out`). keras_vit's own log lines (the `"keras_vit"` logger) print plainly, `warning: <message>`, not
-  with absl's prefix (`keras_vit.console.plain_library_lines`).
-* A quiet start, and a line on stdout as each stage of long work starts (`progress`): `keras_vit.console`.
+  with absl's prefix (`keras_vit.cli.console.plain_library_lines`).
+* A quiet start, and a line on stdout as each stage of long work starts (`progress`): `keras_vit.cli.console`.
 
 A tool, with its own `FlagValues` (several tools can then be imported into one process, e.g. by the tests):
 
     from absl import flags
     from keras_vit import cli
+    from keras_vit.cli import model as cli_model
 
     FLAGS = flags.FlagValues()
-    cli.define_model(FLAGS, required=True)
-    cli.define_weights(FLAGS, required=True)
+    cli_model.define_model(FLAGS, required=True)
+    cli_model.define_weights(FLAGS, required=True)
     cli.define_out(FLAGS, "output folder")
     cli.define_verbose(FLAGS)
     flags.register_validator("out", lambda out: out.endswith("/"), "--out must be a folder, ending in /",
                              flag_values=FLAGS)
 
     def run(argv):                  # the work: flags parsed and valid, argv = [program]
-        model = cli.model_from_flags(FLAGS)
+        model = cli_model.model_from_flags(FLAGS)
         ...
 
     def main(argv=None) -> int:     # for tests and callers: the exit status, never sys.exit
@@ -73,17 +74,12 @@ import traceback
 from absl import app, flags
 
 from keras_vit import extras
-from keras_vit.cli_model import (  # the model flags and building, re-exported (__all__)
-    build_model, define_classes, define_image_size, define_model, define_pooling, define_weights, keras_file_of,
-    model_from_flags, require,
-)
-from keras_vit.console import progress, quiet_start, running  # likewise
+from keras_vit.cli.console import progress, quiet_start, running  # re-exported (__all__)
 
-__all__ = [  # what a tool uses, as cli.<name>
-    "UsageError", "add_check", "build_model", "default_text", "define_classes", "define_image_size",
-    "define_model", "define_out", "define_pooling", "define_verbose", "define_weights", "execute", "flag_spelling",
-    "help_text", "keras_file_of", "main", "model_from_flags", "name_arguments", "parse", "print_error", "progress",
-    "quiet_start", "require", "run", "take_positional_as",
+__all__ = [  # what a tool uses, as cli.<name>; the model flags are `keras_vit.cli.model`'s
+    "UsageError", "add_check", "default_text", "define_out", "define_verbose", "execute", "flag_spelling",
+    "help_text", "main", "name_arguments", "parse", "print_error", "progress", "quiet_start", "require", "run",
+    "take_positional_as",
 ]
 
 flags.disclaim_key_flags()  # the flags the helpers define belong to the tool that calls them
@@ -112,7 +108,16 @@ class _Exit(Exception):
         self.code = code
 
 
-# --- the shared flags (those that choose a model: keras_vit.cli_model) -------------------------------------
+def require(flag_values, *names):
+    """Makes the flags `names` required: an absl validator (`flags.mark_flag_as_required`'s, in the tools'
+    words: `flag --out=None: --out is required`), said in `--help` ("(required)")."""
+    for name in names:
+        flags.register_validator(name, lambda value: value is not None, f"--{name} is required",
+                                 flag_values=flag_values)
+        flag_values[name].help = f"{flag_values[name].help} (required)"
+
+
+# --- the shared flags (those that choose a model: keras_vit.cli.model) -------------------------------------
 
 
 def define_out(flag_values=FLAGS, help="Where the tool writes.", *, required=True):
@@ -323,7 +328,7 @@ def _verbose(flag_values) -> bool:
 
 
 def execute(work, argv, verbose=False, tensorflow=False, flag_values=None) -> int:
-    """Runs `work(argv)` after a quiet start (`keras_vit.console.running`); returns its exit status (0 for
+    """Runs `work(argv)` after a quiet start (`keras_vit.cli.console.running`); returns its exit status (0 for
     None), 2 for a usage error, 1 for a failure, printed on one line (after the traceback with `verbose`), in
     the words of the tool's flags `flag_values` (`flag_spelling`)."""
     try:

@@ -1,10 +1,11 @@
 """The shared flags that choose a model (`--model`, `--weights`, `--image_size`, `--classes`, `--pooling`), checked
-when they are parsed, and the one way the tools turn them into a Keras model (`build_model`, `model_from_flags`).
+when they are parsed, and the one way the tools turn them into a Keras model (`model_from_flag_values`,
+`model_from_flags`).
 
 Every check is an absl validator (`flags.register_validator`; `require` for a required flag), so a bad or
 missing value is a usage error found before Keras or TensorFlow is imported, in absl's words and the tools':
-`flag --model=vit_zz: Unknown model. Received: 'vit_zz'. Known: ...`. The tools reach these functions as
-`keras_vit.cli.define_model`, `cli.build_model`, ... (see `keras_vit.cli`).
+`flag --model=vit_zz: Unknown model. Received: 'vit_zz'. Known: ...`. A tool imports it beside the convention
+(`keras_vit.cli`): `from keras_vit.cli import model as cli_model`, then `cli_model.define_model(FLAGS)`, ...
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from absl import flags
 
 from keras_vit import variants
 from keras_vit.checkpoints.untrusted import FIELD_LIMITS
-from keras_vit.console import progress
+from keras_vit.cli import require
+from keras_vit.cli.console import progress
 
 flags.disclaim_key_flags()  # the flags defined here belong to the tool that calls the helpers
 
@@ -47,15 +49,6 @@ def check_bit_arguments(model: str, **given) -> None:
                 + (" (its features are pooled with --pooling=avg or max)" if name == "pooling" else "")
                 + f". Received: --model={model!r}"
             )
-
-
-def require(flag_values, *names):
-    """Makes the flags `names` required: an absl validator (`flags.mark_flag_as_required`'s, in the tools'
-    words: `flag --out=None: --out is required`), said in `--help` ("(required)")."""
-    for name in names:
-        flags.register_validator(name, lambda value: value is not None, f"--{name} is required",
-                                 flag_values=flag_values)
-        flag_values[name].help = f"{flag_values[name].help} (required)"
 
 
 def define_model(flag_values=flags.FLAGS, *, default=None, required=False, keras_files=True, extra_names=(),
@@ -185,9 +178,9 @@ def _describe_weights(weights):
     return "random weights" if weights is None else f"weights {weights}"
 
 
-def build_model(model, weights=None, *, image_size=None, classes=None, pooling=None, **kwargs):
+def model_from_flag_values(model, weights=None, *, image_size=None, classes=None, pooling=None, **kwargs):
     """The one way the tools turn `--model`, `--weights`, `--image_size`, `--classes` and `--pooling` into a
-    Keras model: `keras_vit.applications.build_model`, with a progress line.
+    Keras model: `keras_vit.applications.model_from_name`, with a progress line.
 
     Args:
         model: a variant name (any spelling of `keras_vit.variants.get_variant`), a BiT name (`variants.BIT_MODELS`,
@@ -216,7 +209,7 @@ def build_model(model, weights=None, *, image_size=None, classes=None, pooling=N
                 f"--{refused[0]} cannot apply to a .keras model ({keras_file!r}): the file fixes its architecture."
             )
         progress(f"loading {keras_file}" + (f" with {_describe_weights(weights)}" if weights else "") + " ...")
-        return applications.build_model(keras_file, weights)
+        return applications.model_from_name(keras_file, weights)
     if image_size is not None:
         kwargs["input_shape"] = (image_size, image_size, 3)
     if classes is not None:
@@ -234,17 +227,17 @@ def build_model(model, weights=None, *, image_size=None, classes=None, pooling=N
         try:
             model = variants.get_variant(model).model_name
         except ValueError:
-            pass  # applications.build_model names the known models
+            pass  # applications.model_from_name names the known models
     progress(f"building {model} with {_describe_weights(weights)} ...")
-    return applications.build_model(model, weights, **kwargs)
+    return applications.model_from_name(model, weights, **kwargs)
 
 
 def model_from_flags(flag_values=flags.FLAGS, **kwargs):
-    """`build_model` from the parsed `--model`, `--weights`, `--image_size`, `--classes` and `--pooling` (those
+    """`model_from_flag_values` from the parsed `--model`, `--weights`, `--image_size`, `--classes` and `--pooling` (those
     of them that `flag_values` defines); `kwargs` go to the constructor."""
     values = {name: flag_values[name].value for name in ("image_size", "classes", "pooling") if name in flag_values}
     weights = flag_values["weights"].value if "weights" in flag_values else None
-    return build_model(flag_values["model"].value, weights, **values, **kwargs)
+    return model_from_flag_values(flag_values["model"].value, weights, **values, **kwargs)
 
 
 def keras_file_of(flag_values=flags.FLAGS) -> str | None:
