@@ -78,15 +78,16 @@ def _default_help(field) -> str:
     values = {}  # value text -> recipes, in the order of RECIPES
     for name, recipe in config_lib.RECIPES.items():
         values.setdefault(_value_text(field.name, recipe.get(field.name, field.default)), []).append(name)
+    valid = f" Range: {config_lib.RANGES[field.name]}." if field.name in config_lib.RANGES else ""
     if len(values) == 1 and "default" in text:
-        return text  # it says its default itself
+        return text + valid  # it says its default itself
     if len(values) == 1:
         default = next(iter(values))
     else:
         default = "the recipe's: " + "; ".join(f"{value} ({', '.join(names)})" for value, names in values.items())
     if field.name in _SITUATIONAL:
         default += "; a recipe chosen without --recipe adapts it, see --recipe"
-    return f"{text} (default: {default})"
+    return f"{text} (default: {default}){valid}"
 
 
 def _define_config_flags():
@@ -128,13 +129,34 @@ flags.DEFINE_integer("max_image_pixels", None, "Largest image of a folder datase
                      "the frames of a GIF), checked from the headers before training: a larger one is refused, "
                      "naming it and its size (or skipped with --skip_bad_images). 0: no limit. Default: "
                      "40,000,000 (the pipeline holds about 10 bytes per pixel of an image while it decodes and "
-                     "crops it).", lower_bound=0)
+                     "crops it). Range: [0, 10**12].", lower_bound=0, upper_bound=10**12)
 flags.DEFINE_enum("image_check", "decode", ["decode", "headers"], "How a folder dataset's images are checked "
                   "before training: decode (headers, then every image but a BMP decoded once with TensorFlow, "
                   "in parallel) or headers (headers only: faster on very large folders; an image that then fails "
                   "to decode stops the run naming it, after saving the state reached).")
 
 
+def _register_range_validators():
+    """A usage error (exit status 2, one line naming the flag and the value) for a numeric flag that is NaN, infinite
+    or outside its `training.config.RANGES` range; a `--randaugment` it cannot take likewise."""
+    for name in config_lib.RANGES:
+        if name == "validation_split":
+            continue  # its own message, below
+        flags.register_validator(name, lambda value, name=name: config_lib.range_problem(name, value) is None,
+                                 message=f"--{name} must be a finite number in {config_lib.RANGES[name]}")
+
+    def randaugment(value):
+        if value is not None:
+            try:
+                config_lib._parse_randaugment(value)
+            except ValueError as error:
+                raise flags.ValidationError(str(error)) from None
+        return True
+
+    flags.register_validator("randaugment", randaugment)
+
+
+_register_range_validators()
 flags.register_validator(
     "validation_split", lambda value: value is None or 0.0 < value < 1.0,
     "--validation_split must be a fraction of the training images strictly between 0 and 1, e.g. 0.2 (leave it "
