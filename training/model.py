@@ -115,8 +115,16 @@ def build_model(cfg, num_classes: int):
     `cfg.zero_head` zero-initialises the head (fine-tuning, Appendix B.1.1; a BiT head starts at zero
     anyway); `cfg.head_bias_init` sets the head bias (-10 in the imagenet21k pre-training).
     """
+    import os
+
+    from training import workdir_lock
+
     try:
+        if cfg.weights is not None and os.path.realpath(str(cfg.weights)) != os.path.realpath(cfg.workdir):
+            workdir_lock.check_not_training(cfg.weights)  # (its own workdir is held by this very run)
         model = _build(cfg, num_classes)
+    except workdir_lock.WorkdirLocked as error:
+        raise ModelBuildError(str(error)) from None
     except ValueError as error:
         raise ModelBuildError(f"cannot build --model={cfg.model} with --weights={cfg.weights}: {error}") from None
     return model

@@ -178,6 +178,18 @@ def _check_validation_split(fv, argv):
 
 
 cli.add_check(FLAGS, _check_validation_split)
+
+
+def _check_weights_not_training(fv, argv):
+    from training import workdir_lock
+
+    try:
+        workdir_lock.check_not_training(fv.weights)
+    except workdir_lock.WorkdirLocked as error:
+        raise cli.UsageError(str(error)) from None
+
+
+cli.add_check(FLAGS, _check_weights_not_training)
 # Once the flags parse, before Keras or TensorFlow is imported: another Keras backend would build the model and
 # then fail in TensorFlow's checkpoint code.
 cli.add_check(FLAGS, lambda fv, argv: backend.check_tensorflow_backend(
