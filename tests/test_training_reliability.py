@@ -438,3 +438,48 @@ def test_an_empty_class_folder_is_refused_naming_it(tmp_path):
     os.remove(root / "validation" / "red" / "0.png")  # a class may be rarer, or absent, in the eval split
     os.remove(root / "validation" / "red" / "1.png")
     assert sources.dataset_source(f"folder:{root}", "validation").num_classes == 3
+
+
+# --- a full disk ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.e2e  # two short runs: seconds
+def test_a_full_disk_has_its_own_exit_status_and_the_same_command_resumes(tmp_path, capsys, monkeypatch):
+    import errno
+
+    from training.workdir import DISK_FULL_EXIT
+
+    workdir = tmp_path / "run"
+    write = tf.train.Checkpoint.write
+
+    def full_at_step_2(self, prefix, *args, **kwargs):
+        if prefix.endswith("ckpt-2"):
+            raise OSError(errno.ENOSPC, "No space left on device", prefix)
+        return write(self, prefix, *args, **kwargs)
+
+    monkeypatch.setattr(tf.train.Checkpoint, "write", full_at_step_2)
+    status, out, err = cli(capsys, workdir, steps=3, checkpoint_every=1)
+    lines = err.strip().splitlines()
+    assert status == DISK_FULL_EXIT == 4 and len(lines) == 1, err[-3000:]
+    assert lines[0].startswith("error: No space left on the device while writing the checkpoint of step 2 (")
+    assert "ckpt-2" in lines[0] and "rerun the same command" in lines[0]
+    assert checkpoint_numbers(workdir) == [1]  # the one written before is kept
+    assert (workdir / ".lock").read_text() == ""  # released
+    monkeypatch.setattr(tf.train.Checkpoint, "write", write)  # space freed: the same command resumes and finishes
+    status, out, err = cli(capsys, workdir, steps=3, checkpoint_every=1)
+    assert status == 0 and "after 3 steps" in out.strip().splitlines()[-1], err[-3000:]
+
+
+def test_a_full_disk_anywhere_in_the_run_maps_to_its_status(tmp_path, capsys, monkeypatch):
+    """ENOSPC from a write that is not wrapped (a TensorFlow file error saying it, deep in the run): status 4."""
+    import errno
+
+    def full(*args, **kwargs):
+        try:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        except OSError as cause:
+            raise tf.errors.ResourceExhaustedError(None, None, "metrics.json; No space left on device") from cause
+
+    monkeypatch.setattr(loop, "run", full)
+    status, out, err = cli(capsys, tmp_path / "run", steps=1)
+    assert status == 4 and err.count("\n") == 1 and err.startswith("error: No space left on the device while writing")

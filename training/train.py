@@ -218,7 +218,7 @@ def main(argv):
     from training.image_checks import DEFAULT_MAX_IMAGE_PIXELS
     from training.model import ModelBuildError
     from training.sources import DatasetNotFoundError, InvalidDatasetError
-    from training.workdir import WorkdirError
+    from training.workdir import DISK_FULL_EXIT, DiskFull, WorkdirError, disk_full, is_disk_full
 
     try:
         augment.layers_of(cfg.augment_library)
@@ -235,6 +235,13 @@ def main(argv):
     except (WorkdirError, DatasetNotFoundError, InvalidDatasetError, ModelBuildError) as error:
         print(f"error: {error}", file=sys.stderr, flush=True)
         sys.exit(2)
+    except Exception as error:  # noqa: BLE001  a full disk wherever the run wrote: its own status
+        if not is_disk_full(error):
+            raise
+        if not isinstance(error, DiskFull):
+            error = disk_full(error, "the run's files", cfg.workdir, "The checkpoints written whole are kept.")
+        print(f"error: {error}", file=sys.stderr, flush=True)
+        sys.exit(DISK_FULL_EXIT)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -135,11 +136,46 @@ class WorkdirMixin:
         write_atomically(os.path.join(self.cfg.workdir, "config.json"), json.dumps(values, indent=2, sort_keys=True))
 
 
+DISK_FULL_EXIT = 4
+"""`python -m training.train`'s exit status when the disk is full (`DiskFull`)."""
+
+
+class DiskFull(RuntimeError):
+    """No space left on the device while the run wrote (ENOSPC): exit status `DISK_FULL_EXIT` in training.train."""
+
+
+def is_disk_full(error) -> bool:
+    """Whether `error` (or an error it was raised from) is "no space left on the device": an `OSError` with errno
+    ENOSPC, or a TensorFlow file error saying so (TensorFlow's file system raises `tf.errors.OpError`s)."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, DiskFull) or (isinstance(error, OSError) and error.errno == errno.ENOSPC):
+            return True
+        if isinstance(error, tf.errors.OpError) and "No space left on device" in str(error):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def disk_full(error, what: str, path: str, saved: str) -> DiskFull:
+    """The one-line `DiskFull` for `error` while writing `what` at `path`; `saved`: what is on disk to go on from."""
+    return DiskFull(
+        f"No space left on the device while writing {what} ({path}): {short_error(error)}. {saved} Free space on "
+        f"that disk (a lower --keep_checkpoints keeps fewer checkpoints), then rerun the same command: it resumes "
+        f"from the newest checkpoint written whole.")
+
+
 def write_atomically(path, text):
-    """Writes whole, then renames: other workers may be reading `path`."""
-    with tf.io.gfile.GFile(path + ".tmp", "w") as f:
-        f.write(text)
-    tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
+    """Writes whole, then renames: other workers may be reading `path`. A full disk raises `DiskFull`."""
+    try:
+        with tf.io.gfile.GFile(path + ".tmp", "w") as f:
+            f.write(text)
+        tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
+    except (OSError, tf.errors.OpError) as error:
+        if is_disk_full(error):
+            raise disk_full(error, os.path.basename(path), path, f"{path} is as it was before.") from error
+        raise
 
 
 def short_error(error) -> str:
