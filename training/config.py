@@ -215,9 +215,11 @@ class Config:
 
     @classmethod
     def from_json(cls, text: str) -> "Config":
-        """The config of a `config.json` (its `resumed_with_changes` history, if any, is not a field)."""
+        """The config of a `config.json` (its `resumed_with_changes` history and `weights_source`, if any, are not
+        fields)."""
         values = json.loads(text)
         values.pop("resumed_with_changes", None)
+        values.pop("weights_source", None)  # training.model.SOURCE_KEY: a fine-tune's source, not a field
         if values.get("randaugment") is not None:
             values["randaugment"] = tuple(values["randaugment"])
         return cls(**values)
@@ -310,7 +312,7 @@ def make_config(recipe: str | None = "demo", **overrides) -> Config:
     """
     reason = None
     if recipe is None:
-        recipe, reason = choose_recipe(overrides)
+        recipe, reason = choose_recipe(overrides, overrides.get("workdir", Config.__dataclass_fields__["workdir"].default))
     if recipe not in RECIPES:
         raise ValueError(f"Unknown recipe. Received: recipe={recipe!r}. Known recipes: {', '.join(RECIPES)}.")
     fields = {f.name for f in dataclasses.fields(Config)}

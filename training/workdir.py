@@ -20,6 +20,7 @@ import tensorflow as tf
 
 from training import distribute, workdir_lock
 from training.config import OPTIMISATION_FIELDS, RESUMABLE_FIELDS
+from training.model import SOURCE_KEY, source_record
 from training.sources import shown_path
 
 RESUMABLE_CHANGES = set(RESUMABLE_FIELDS)  # they do not change what is computed
@@ -88,6 +89,7 @@ class WorkdirMixin:
         """The `OPTIMISATION_CHANGES` allowed against the workdir's config.json; raises for any other change."""
         path = os.path.join(self.cfg.workdir, "config.json")
         self._config_history = []
+        self._weights_source = None
         if not tf.io.gfile.exists(path):
             return {}
         with tf.io.gfile.GFile(path) as f:
@@ -101,6 +103,7 @@ class WorkdirMixin:
             ) from error
         self._config_history = list(old.get(HISTORY_KEY, []))
         old.pop(HISTORY_KEY, None)
+        self._weights_source = old.pop(SOURCE_KEY, None)  # kept: what the checkpoints were fine-tuned from
         new = json.loads(self.cfg.to_json())
         changed = {k: (old.get(k), new.get(k)) for k in sorted(set(old) | set(new))
                    if old.get(k) != new.get(k) and k not in RESUMABLE_CHANGES}
@@ -133,6 +136,11 @@ class WorkdirMixin:
         values = json.loads(self.cfg.to_json())
         if self._config_history:
             values[HISTORY_KEY] = self._config_history
+        source = getattr(self, "_weights_source", None)
+        if source is None or source.get("weights") != self.cfg.weights:  # a first start (or other --weights)
+            source = source_record(self.cfg, self.model)
+        if source is not None:
+            values[SOURCE_KEY] = source
         write_atomically(os.path.join(self.cfg.workdir, "config.json"), json.dumps(values, indent=2, sort_keys=True))
 
 
