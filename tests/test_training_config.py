@@ -167,6 +167,8 @@ def test_initialization_scratch_by_default_official_in_the_paper_recipes():
         (dict(randaugment=(2,)), "randaugment=(2,)"),
         (dict(steps=None), "steps=None"),
         (dict(colour="red"), "colour"),
+        (dict(learning_rate=float("nan")), "learning_rate=nan"),
+        (dict(weight_decay=float("inf")), "weight_decay=inf"),
     ],
 )
 def test_invalid_values_raise_naming_the_value(overrides, message):

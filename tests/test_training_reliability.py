@@ -218,7 +218,9 @@ def test_resume_finds_the_newest_readable_checkpoint_on_disk(finished, tmp_path,
     assert f"resumed from {directory / f'ckpt-{resumed_at}'} at step {resumed_at}" in out
     if how.startswith("latest") and how != "latest deleted":
         assert f"cannot restore {directory / 'ckpt-6'}: " in out and "falling back" in out
-    assert "after 6 steps" in out.strip().splitlines()[-1]
+    # Resumed at its last step, the run is finished (its model and metrics are there): it says so, trains nothing.
+    last = "trained for all its 6 steps" if resumed_at == 6 else "after 6 steps"
+    assert last in out.strip().splitlines()[-1]
     # Both checkpoints are intact (ckpt-6 written again where it was lost); the manager's state says so.
     assert checkpoint_numbers(workdir) == [4, 6]
     assert non_finite_tensors(directory / "ckpt-4") == [] == non_finite_tensors(directory / "ckpt-6")
@@ -257,7 +259,7 @@ def test_a_changed_model_field_is_refused_and_the_same_command_resumes(finished,
     with pytest.raises(WorkdirError, match=r"classifier.*cannot change within a run.*give its old value"):
         run(workdir, **FINISHED, classifier="gap")
     out = run(workdir, **FINISHED)
-    assert "resumed from" in out and "after 6 steps" in out.strip().splitlines()[-1]
+    assert "resumed from" in out and "already finished" in out.strip().splitlines()[-1]
 
 
 def test_leftover_temp_folders_of_interrupted_saves_are_removed(finished, tmp_path):
@@ -357,8 +359,8 @@ def test_the_lock_is_released_when_a_run_fails(tmp_path):
     with pytest.raises(checkpoints.TrainingDiverged):  # a diverging run in a fresh workdir releases it too
         run(tmp_path / "diverging", steps=10, warmup_steps=0, checkpoint_every=1, learning_rate=1e15)
     assert (tmp_path / "diverging" / ".lock").read_text() == ""
-    out = run(workdir, steps=2)  # not held: the same workdir resumes (finished: it only evaluates)
-    assert "after 2 steps" in out
+    out = run(workdir, steps=2)  # not held: the same workdir resumes (finished: it says so)
+    assert "trained for all its 2 steps" in out
 
 
 # --- 5, 6: folder datasets ------------------------------------------------------------------------------
