@@ -15,10 +15,12 @@ Examples:
 A killed run resumes when restarted with the same command, from the newest checkpoint that can be read.
 The exit status is 1 when the loss diverges (the message names the last good checkpoint and the flags that
 continue from it: a lower --learning_rate with --resume_with_changes), 2 when the run cannot start or its data
-fail (an unwritable or mismatched --workdir, one another run holds, unreadable checkpoints, a missing
-dataset, unusable images, or an image that fails to decode during the run: the state reached is saved
-first; also a Keras backend other than TensorFlow, found before anything is imported); both print one `error: ...`
-line. Rerunning a finished run says so and changes nothing (exit status 0).
+fail (a numeric flag outside its range, an unwritable or mismatched --workdir, one another run holds, --weights
+of a run another process is training, unreadable checkpoints, a missing dataset, unusable images, or an image
+that fails to decode during the run: the state reached is saved first; also a Keras backend other than
+TensorFlow, found before anything is imported), 4 when the disk is full (the checkpoints written whole are kept);
+each prints one `error: ...` line (docs/TRAINING.md, "Exit statuses"; 5 is reserved for a training image deleted
+or changed during the run). Rerunning a finished run says so and changes nothing (exit status 0).
 """
 
 from __future__ import annotations
