@@ -31,7 +31,8 @@ def test_a_run_being_trained_is_refused_as_weights_naming_its_holder(tmp_path, c
             cli.parse(flags.FLAGS, [f"--weights={run}"])
         flags.FLAGS.unparse_flags()
         err = capsys.readouterr().err
-        assert exited.value.code == 2 and err.count("\n") == 1 and err.startswith(f"error: --weights={run} is a run"), err
+        assert exited.value.code == 2 and err.count("\n") == 1, err
+        assert err.startswith(f"error: --weights={run} is a run that is being trained now: "), err
         assert f"pid {os.getpid()} on host " in err and f"--weights={run / 'model.keras'}" in err
         assert "Wait for that run to end" in err
     finally:

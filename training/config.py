@@ -266,7 +266,8 @@ RANGES: dict[str, Range] = {
     "learning_rate": Range(0.0, 1000.0, low_open=True),  # far above any that trains (a test of divergence)
     "beta_1": Range(0.0, 1.0, high_open=True), "beta_2": Range(0.0, 1.0, high_open=True),
     "momentum": Range(0.0, 1.0, high_open=True), "warmup_steps": Range(0, _STEPS),
-    "weight_decay": Range(0.0, 10.0), "grad_clip_norm": Range(0.0, 1e6), "label_smoothing": Range(0.0, 1.0, high_open=True),
+    "weight_decay": Range(0.0, 10.0), "grad_clip_norm": Range(0.0, 1e6),
+    "label_smoothing": Range(0.0, 1.0, high_open=True),
     # The run.
     "seed": Range(0, 2**31 - 1), "checkpoint_every": Range(1, _STEPS), "keep_checkpoints": Range(1, 1000),
     "log_every": Range(1, _STEPS), "eval_every": Range(1, _STEPS), "show_predictions": Range(0, 1000),
@@ -312,7 +313,8 @@ def make_config(recipe: str | None = "demo", **overrides) -> Config:
     """
     reason = None
     if recipe is None:
-        recipe, reason = choose_recipe(overrides, overrides.get("workdir", Config.__dataclass_fields__["workdir"].default))
+        workdir = overrides.get("workdir", Config.__dataclass_fields__["workdir"].default)
+        recipe, reason = choose_recipe(overrides, workdir)  # the workdir: a fine-tune's recorded source
     if recipe not in RECIPES:
         raise ValueError(f"Unknown recipe. Received: recipe={recipe!r}. Known recipes: {', '.join(RECIPES)}.")
     fields = {f.name for f in dataclasses.fields(Config)}

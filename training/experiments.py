@@ -220,8 +220,8 @@ flags.DEFINE_integer("max_image_pixels", None, "Largest image of a folder datase
 cli.define_verbose(FLAGS)
 
 # The numeric flags' ranges (a value outside one, NaN or infinity: a usage error naming the flag and the value).
-_RANGES = dict(image_size=config_ranges.RANGES["image_size"], global_batch_size=config_ranges.RANGES["global_batch_size"],
-               seeds=config_ranges.Range(1, 100), steps=config_ranges.RANGES["steps"],
+_RANGES = dict(image_size=config_ranges.RANGES["image_size"],
+               global_batch_size=config_ranges.RANGES["global_batch_size"], seeds=config_ranges.Range(1, 100), steps=config_ranges.RANGES["steps"],
                attention_images=config_ranges.Range(1, 100_000), subset_seed=config_ranges.RANGES["seed"],
                max_image_pixels=config_ranges.Range(0, 10**12))
 for _name, _range in _RANGES.items():

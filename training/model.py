@@ -224,6 +224,11 @@ def build_model(cfg, num_classes: int):
     `TINY_BIT` `keras_vit.BiT` for `bit_tiny`): from scratch, or `cfg.weights` as a Keras weights file.
     `cfg.zero_head` zero-initialises the head (fine-tuning, Appendix B.1.1; a BiT head starts at zero
     anyway); `cfg.head_bias_init` sets the head bias (-10 in the imagenet21k pre-training).
+
+    `cfg.weights` naming a run another process is training is refused (`training.workdir_lock.check_not_training`).
+    A fine-tune whose workdir records its source (`SOURCE_KEY`) and holds checkpoints, when that source is gone or
+    changed since, is rebuilt from the recorded architecture (its checkpoints then restore every weight), said in
+    one line.
     """
     from training import workdir_lock
 
