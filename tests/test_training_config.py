@@ -167,6 +167,8 @@ def test_initialization_scratch_by_default_official_in_the_paper_recipes():
         (dict(randaugment=(2,)), "randaugment=(2,)"),
         (dict(steps=None), "steps=None"),
         (dict(colour="red"), "colour"),
+        (dict(learning_rate=float("nan")), "learning_rate=nan"),
+        (dict(weight_decay=float("inf")), "weight_decay=inf"),
     ],
 )
 def test_invalid_values_raise_naming_the_value(overrides, message):
@@ -288,3 +290,75 @@ def test_decayed_variables_are_the_matmul_and_conv_kernels_found_by_layer():
     assert all(v.path.endswith("kernel") for v in decayed)
     kernels = [v for v in model.trainable_variables if v.path.endswith("kernel")]
     assert {id(v) for v in kernels} == {id(v) for v in decayed}
+
+
+# One row per numeric flag of training.train and training.experiments (and keras_vit.export's --version): a
+# value it must refuse. `test_every_numeric_flag_has_a_row_and_a_range` keeps the table complete.
+_BAD_TRAIN_FLAGS = [
+    ("patch_size", "0"), ("hidden_size", "100000000"), ("num_layers", "0"), ("num_heads", "5000"), ("mlp_dim", "0"),
+    ("representation_size", "-1"), ("head_bias_init", "nan"), ("dropout_rate", "1"), ("drop_path_rate", "-0.1"),
+    ("validation_split", "1"), ("image_size", "100000"), ("crop_min_area", "0"), ("mixup", "inf"),
+    ("cutmix", "-1"), ("shuffle_buffer", "100000000000"), ("steps", "0"), ("epochs", "nan"),
+    ("global_batch_size", "100000000"), ("learning_rate", "nan"), ("learning_rate", "inf"), ("learning_rate", "0"),
+    ("beta_1", "1"), ("beta_2", "nan"), ("momentum", "-inf"), ("warmup_steps", "-1"), ("weight_decay", "inf"),
+    ("weight_decay", "nan"), ("grad_clip_norm", "nan"), ("label_smoothing", "1.5"), ("seed", "-1"),
+    ("checkpoint_every", "0"), ("keep_checkpoints", "0"), ("log_every", "0"), ("eval_every", "10000000000"),
+    ("show_predictions", "-1"), ("randaugment", "2,99"), ("max_image_pixels", "10000000000000"),
+]
+_BAD_EXPERIMENT_FLAGS = [("image_size", "0"), ("global_batch_size", "100000000"), ("seeds", "1000"), ("steps", "0"),
+                         ("attention_images", "0"), ("subset_seed", "-1"), ("max_image_pixels", "-1")]
+
+
+def _usage_error(flag_values, args, capsys):
+    from keras_vit import cli
+
+    with pytest.raises(cli._Exit) as exited:
+        cli.parse(flag_values, args)
+    flag_values.unparse_flags()
+    return exited.value.code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name, value", _BAD_TRAIN_FLAGS)
+def test_a_bad_numeric_flag_of_the_app_is_one_usage_error_naming_it(name, value, capsys):
+    from absl import flags
+
+    from training import train  # noqa: F401  defines the flags
+
+    code, err = _usage_error(flags.FLAGS, [f"--{name}={value}"], capsys)
+    assert code == 2 and err.count("\n") == 1 and err.startswith("error: ") and f"--{name}={value}" in err, err
+
+
+@pytest.mark.parametrize("name, value", _BAD_EXPERIMENT_FLAGS)
+def test_a_bad_numeric_flag_of_the_experiments_is_one_usage_error_naming_it(name, value, capsys):
+    from training import experiments
+
+    code, err = _usage_error(experiments.FLAGS, [f"--{name}={value}"], capsys)
+    assert code == 2 and err.count("\n") == 1 and f"--{name}={value}" in err, err
+
+
+@pytest.mark.parametrize("value", ["0", "-1", str(2**63), str(2**70)])
+def test_an_export_version_beyond_int64_or_below_1_is_a_usage_error(value, tmp_path, capsys):
+    from keras_vit.export.__main__ import FLAGS
+
+    code, err = _usage_error(FLAGS, ["--model=vit_ti16", "--weights=none", f"--out={tmp_path}", f"--version={value}"],
+                             capsys)
+    assert code == 2 and err.count("\n") == 1 and f"--version={value}" in err and "2**63-1" in err, err
+
+
+def test_every_numeric_flag_has_a_row_and_a_range():
+    """A numeric flag added later without a range (or without a row in the table above) fails here."""
+    from absl import flags
+
+    from training import experiments, train  # noqa: F401
+
+    numeric = {name for name, flag in flags.FLAGS._flags().items()
+               if flag.flag_type() in ("int", "float") and flag.__module__ != "absl.flags._flag"
+               and name in {f.name for f in dataclasses.fields(config_lib.Config)}}
+    assert numeric <= set(config_lib.RANGES)
+    assert set(config_lib.RANGES) | {"randaugment", "max_image_pixels"} == {n for n, _ in _BAD_TRAIN_FLAGS}
+    assert {n for n, _ in _BAD_EXPERIMENT_FLAGS} == {
+        name for name, flag in experiments.FLAGS._flags().items() if flag.flag_type() in ("int", "float")}
+    for name, valid in config_lib.RANGES.items():
+        assert f"Range: {valid}." in flags.FLAGS[name].help, name
+    good = config_lib.make_config("scratch", dataset="digits", steps=3)
+    assert all(config_lib.range_problem(n, getattr(good, n)) is None for n in config_lib.RANGES)

@@ -218,7 +218,9 @@ def test_resume_finds_the_newest_readable_checkpoint_on_disk(finished, tmp_path,
     assert f"resumed from {directory / f'ckpt-{resumed_at}'} at step {resumed_at}" in out
     if how.startswith("latest") and how != "latest deleted":
         assert f"cannot restore {directory / 'ckpt-6'}: " in out and "falling back" in out
-    assert "after 6 steps" in out.strip().splitlines()[-1]
+    # Resumed at its last step, the run is finished (its model and metrics are there): it says so, trains nothing.
+    last = "trained for all its 6 steps" if resumed_at == 6 else "after 6 steps"
+    assert last in out.strip().splitlines()[-1]
     # Both checkpoints are intact (ckpt-6 written again where it was lost); the manager's state says so.
     assert checkpoint_numbers(workdir) == [4, 6]
     assert non_finite_tensors(directory / "ckpt-4") == [] == non_finite_tensors(directory / "ckpt-6")
@@ -257,7 +259,7 @@ def test_a_changed_model_field_is_refused_and_the_same_command_resumes(finished,
     with pytest.raises(WorkdirError, match=r"classifier.*cannot change within a run.*give its old value"):
         run(workdir, **FINISHED, classifier="gap")
     out = run(workdir, **FINISHED)
-    assert "resumed from" in out and "after 6 steps" in out.strip().splitlines()[-1]
+    assert "resumed from" in out and "already finished" in out.strip().splitlines()[-1]
 
 
 def test_leftover_temp_folders_of_interrupted_saves_are_removed(finished, tmp_path):
@@ -357,8 +359,8 @@ def test_the_lock_is_released_when_a_run_fails(tmp_path):
     with pytest.raises(checkpoints.TrainingDiverged):  # a diverging run in a fresh workdir releases it too
         run(tmp_path / "diverging", steps=10, warmup_steps=0, checkpoint_every=1, learning_rate=1e15)
     assert (tmp_path / "diverging" / ".lock").read_text() == ""
-    out = run(workdir, steps=2)  # not held: the same workdir resumes (finished: it only evaluates)
-    assert "after 2 steps" in out
+    out = run(workdir, steps=2)  # not held: the same workdir resumes (finished: it says so)
+    assert "trained for all its 2 steps" in out
 
 
 # --- 5, 6: folder datasets ------------------------------------------------------------------------------
@@ -438,3 +440,48 @@ def test_an_empty_class_folder_is_refused_naming_it(tmp_path):
     os.remove(root / "validation" / "red" / "0.png")  # a class may be rarer, or absent, in the eval split
     os.remove(root / "validation" / "red" / "1.png")
     assert sources.dataset_source(f"folder:{root}", "validation").num_classes == 3
+
+
+# --- a full disk ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.e2e  # two short runs: seconds
+def test_a_full_disk_has_its_own_exit_status_and_the_same_command_resumes(tmp_path, capsys, monkeypatch):
+    import errno
+
+    from training.workdir import DISK_FULL_EXIT
+
+    workdir = tmp_path / "run"
+    write = tf.train.Checkpoint.write
+
+    def full_at_step_2(self, prefix, *args, **kwargs):
+        if prefix.endswith("ckpt-2"):
+            raise OSError(errno.ENOSPC, "No space left on device", prefix)
+        return write(self, prefix, *args, **kwargs)
+
+    monkeypatch.setattr(tf.train.Checkpoint, "write", full_at_step_2)
+    status, out, err = cli(capsys, workdir, steps=3, checkpoint_every=1)
+    lines = err.strip().splitlines()
+    assert status == DISK_FULL_EXIT == 4 and len(lines) == 1, err[-3000:]
+    assert lines[0].startswith("error: No space left on the device while writing the checkpoint of step 2 (")
+    assert "ckpt-2" in lines[0] and "rerun the same command" in lines[0]
+    assert checkpoint_numbers(workdir) == [1]  # the one written before is kept
+    assert (workdir / ".lock").read_text() == ""  # released
+    monkeypatch.setattr(tf.train.Checkpoint, "write", write)  # space freed: the same command resumes and finishes
+    status, out, err = cli(capsys, workdir, steps=3, checkpoint_every=1)
+    assert status == 0 and "after 3 steps" in out.strip().splitlines()[-1], err[-3000:]
+
+
+def test_a_full_disk_anywhere_in_the_run_maps_to_its_status(tmp_path, capsys, monkeypatch):
+    """ENOSPC from a write that is not wrapped (a TensorFlow file error saying it, deep in the run): status 4."""
+    import errno
+
+    def full(*args, **kwargs):
+        try:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        except OSError as cause:
+            raise tf.errors.ResourceExhaustedError(None, None, "metrics.json; No space left on device") from cause
+
+    monkeypatch.setattr(loop, "run", full)
+    status, out, err = cli(capsys, tmp_path / "run", steps=1)
+    assert status == 4 and err.count("\n") == 1 and err.startswith("error: No space left on the device while writing")

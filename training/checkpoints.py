@@ -32,7 +32,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from training.workdir import WorkdirError, short_error, write_atomically
+from training.workdir import WorkdirError, disk_full, is_disk_full, short_error, write_atomically
 
 # A checkpoint is good when the loss of the step after it was finite and at most this many times the larger of
 # ln(classes) and the run's first loss (`CheckpointsMixin._sane`); the record is WORKDIR/checkpoints/LOSSES_FILE.
@@ -123,7 +123,13 @@ class CheckpointsMixin:
         directory = self.own_checkpoint_dir
         prefix = os.path.join(directory, f"ckpt-{step}")
         self.checkpoint.save_counter.assign_add(1)  # as tf.train.CheckpointManager.save: every checkpoint holds it
-        self.checkpoint.write(prefix)
+        try:
+            self.checkpoint.write(prefix)
+        except (OSError, tf.errors.OpError) as error:
+            if is_disk_full(error):  # a half-written ckpt-N is not resumed from (`_restore` falls back)
+                raise disk_full(error, f"the checkpoint of step {step}", prefix,
+                                "The checkpoints written before are kept.") from error
+            raise
         self._awaiting_loss = step
         if self._losses["after"].pop(step, None) is not None:  # a record of an earlier ckpt-`step`: void now
             self._write_losses()

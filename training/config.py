@@ -75,6 +75,9 @@ def _parse_randaugment(text):
         num_ops, magnitude = (int(x) for x in text.split(","))
     except ValueError as error:
         raise ValueError(f"--randaugment takes 'num_ops,magnitude', e.g. 2,15. Received: {text!r}") from error
+    if not (0 <= num_ops <= 10 and 0 <= magnitude <= 30):
+        raise ValueError(f"--randaugment takes num_ops in [0, 10] and magnitude in [0, 30], e.g. 2,15. "
+                         f"Received: --randaugment={text}")
     return (num_ops, magnitude)
 
 
@@ -212,12 +215,72 @@ class Config:
 
     @classmethod
     def from_json(cls, text: str) -> "Config":
-        """The config of a `config.json` (its `resumed_with_changes` history, if any, is not a field)."""
+        """The config of a `config.json` (its `resumed_with_changes` history and `weights_source`, if any, are not
+        fields)."""
         values = json.loads(text)
         values.pop("resumed_with_changes", None)
+        values.pop("weights_source", None)  # training.model.SOURCE_KEY: a fine-tune's source, not a field
         if values.get("randaugment") is not None:
             values["randaugment"] = tuple(values["randaugment"])
         return cls(**values)
+
+
+@dataclasses.dataclass(frozen=True)
+class Range:
+    """The values a numeric flag takes: finite, from `low` to `high` (each end included unless `*_open`)."""
+
+    low: float
+    high: float
+    low_open: bool = False
+    high_open: bool = False
+
+    def __contains__(self, value) -> bool:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            return False
+        above = value > self.low if self.low_open else value >= self.low
+        below = value < self.high if self.high_open else value <= self.high
+        return above and below
+
+    def __str__(self):
+        def text(x):
+            return f"{x:,}" if isinstance(x, int) and abs(x) >= 10_000 else f"{x:g}"
+
+        return f"{'(' if self.low_open else '['}{text(self.low)}, {text(self.high)}{')' if self.high_open else ']'}"
+
+
+_STEPS = 10**9  # no run has more steps (or a cadence beyond them)
+RANGES: dict[str, Range] = {
+    # The model: the largest published ViT (H/14, G/14) is far inside these.
+    "patch_size": Range(1, 1024), "hidden_size": Range(1, 65_536), "num_layers": Range(1, 1024),
+    "num_heads": Range(1, 1024), "mlp_dim": Range(1, 262_144), "representation_size": Range(1, 65_536),
+    "head_bias_init": Range(-100.0, 100.0),
+    "dropout_rate": Range(0.0, 1.0, high_open=True), "drop_path_rate": Range(0.0, 1.0, high_open=True),
+    # The data.
+    "validation_split": Range(0.0, 1.0, low_open=True, high_open=True),
+    "image_size": Range(1, 8192), "crop_min_area": Range(0.0, 1.0, low_open=True),
+    "mixup": Range(0.0, 100.0), "cutmix": Range(0.0, 100.0),
+    "shuffle_buffer": Range(1, 10_000_000),  # examples held in memory: a larger buffer exhausts it
+    # The optimisation.
+    "steps": Range(1, _STEPS), "epochs": Range(0.0, 1_000_000.0, low_open=True),
+    "global_batch_size": Range(1, 65_536),  # beyond it the step does not compile in reasonable time or memory
+    "learning_rate": Range(0.0, 1000.0, low_open=True),  # far above any that trains (a test of divergence)
+    "beta_1": Range(0.0, 1.0, high_open=True), "beta_2": Range(0.0, 1.0, high_open=True),
+    "momentum": Range(0.0, 1.0, high_open=True), "warmup_steps": Range(0, _STEPS),
+    "weight_decay": Range(0.0, 10.0), "grad_clip_norm": Range(0.0, 1e6),
+    "label_smoothing": Range(0.0, 1.0, high_open=True),
+    # The run.
+    "seed": Range(0, 2**31 - 1), "checkpoint_every": Range(1, _STEPS), "keep_checkpoints": Range(1, 1000),
+    "log_every": Range(1, _STEPS), "eval_every": Range(1, _STEPS), "show_predictions": Range(0, 1000),
+}
+"""The range of each numeric `Config` flag (its `--help` says it; `training.train` refuses a value outside it, or
+NaN or infinity, as a usage error naming the flag: `range_problem`)."""
+
+
+def range_problem(name: str, value, ranges: dict = RANGES) -> str | None:
+    """The one-line problem of `--name=value` outside its range, or None (also for None: the flag left out)."""
+    if value is None or value in ranges[name]:
+        return None
+    return (f"--{name} must be a finite number in {ranges[name]}. Received: --{name}={value}")
 
 
 def fields_where(role: str, *values) -> tuple[str, ...]:
@@ -250,7 +313,8 @@ def make_config(recipe: str | None = "demo", **overrides) -> Config:
     """
     reason = None
     if recipe is None:
-        recipe, reason = choose_recipe(overrides)
+        workdir = overrides.get("workdir", Config.__dataclass_fields__["workdir"].default)
+        recipe, reason = choose_recipe(overrides, workdir)  # the workdir: a fine-tune's recorded source
     if recipe not in RECIPES:
         raise ValueError(f"Unknown recipe. Received: recipe={recipe!r}. Known recipes: {', '.join(RECIPES)}.")
     fields = {f.name for f in dataclasses.fields(Config)}
@@ -290,6 +354,10 @@ def _validate(cfg: Config) -> None:
         if not 0.0 <= value < 1.0:
             raise ValueError(f"`{name}` must be in [0, 1). Received: {name}={value!r}")
 
+    for name in RANGES:  # finite (the flags are also checked against their ranges; Python callers may go beyond)
+        value = getattr(cfg, name)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"`{name}` must be a finite number. Received: {name}={value}")
     choice("optimizer", OPTIMIZERS)
     choice("schedule", SCHEDULES)
     choice("mixed_precision", PRECISIONS)

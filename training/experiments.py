@@ -44,6 +44,7 @@ from absl import flags
 
 from keras_vit import cli
 from training import backend
+from training import config as config_ranges
 from training.experiments_models import MODELS, PATCH, PRESETS, STUDIES, models_of
 
 
@@ -217,6 +218,16 @@ flags.DEFINE_bool("skip_bad_images", False, "Leave out the files of a folder dat
 flags.DEFINE_integer("max_image_pixels", None, "Largest image of a folder dataset in pixels, as in "
                      "python -m training.train (default 40,000,000; 0: no limit).", lower_bound=0, flag_values=FLAGS)
 cli.define_verbose(FLAGS)
+
+# The numeric flags' ranges (a value outside one, NaN or infinity: a usage error naming the flag and the value).
+_RANGES = dict(image_size=config_ranges.RANGES["image_size"],
+               global_batch_size=config_ranges.RANGES["global_batch_size"], seeds=config_ranges.Range(1, 100), steps=config_ranges.RANGES["steps"],
+               attention_images=config_ranges.Range(1, 100_000), subset_seed=config_ranges.RANGES["seed"],
+               max_image_pixels=config_ranges.Range(0, 10**12))
+for _name, _range in _RANGES.items():
+    flags.register_validator(_name, lambda value, name=_name: config_ranges.range_problem(name, value, _RANGES) is None,
+                             message=f"--{_name} must be a number in {_range}", flag_values=FLAGS)
+    FLAGS[_name].help += f" Range: {_range}."
 
 
 def _numbers(fv, name, kind):

@@ -16,6 +16,7 @@ import tensorflow as tf
 
 from training import data
 from training.sources import InvalidDatasetError, dataset_source
+from training.workdir import disk_full, is_disk_full
 
 
 class FinishMixin:
@@ -37,7 +38,17 @@ class FinishMixin:
         ) from None
 
     def _save_and_export(self, metrics, show_predictions=True):
-        """Saves a float32 single-device copy (model.keras), exports it, classifies a few eval images."""
+        """Saves a float32 single-device copy (model.keras), exports it, classifies a few eval images; a full disk
+        raises `training.workdir.DiskFull` (the last checkpoint is on disk: the rerun writes them again)."""
+        try:
+            self._write_model_and_export(metrics, show_predictions)
+        except (OSError, tf.errors.OpError) as error:
+            if is_disk_full(error):
+                raise disk_full(error, "the trained model and its export", self.cfg.workdir,
+                                "Training finished and its last checkpoint is written.") from error
+            raise
+
+    def _write_model_and_export(self, metrics, show_predictions):
         cfg = self.cfg
         model = _float32_copy(self.model)
         if not self.chief:

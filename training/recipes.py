@@ -114,11 +114,14 @@ def is_own_model(weights) -> bool:
     return bool(weights) and own.is_own(str(weights))
 
 
-def choose_recipe(overrides: dict) -> tuple[str, str]:
-    """(recipe, reason) for a run given without `--recipe`, from the flags that were given."""
+def choose_recipe(overrides: dict, workdir: str | None = None) -> tuple[str, str]:
+    """(recipe, reason) for a run given without `--recipe`, from the flags that were given.
+
+    `workdir`: the run's; a fine-tune whose `config.json` there records these `--weights` as one's own model
+    (`training.model.SOURCE_KEY`) keeps the recipe it started with when that source is gone or replaced since."""
     dataset = overrides.get("dataset")
     weights = overrides.get("weights")
-    if is_own_model(weights):
+    if is_own_model(weights) or _recorded_as_own(workdir, weights):
         # A model of one's own (a Keras file or a run of this app): the small-data recipe from its weights.
         # The paper's SGD fine-tune is for published large-scale checkpoints; on short runs from small
         # pre-trained models it did worse than training from scratch (benchmarks/TRAINING.md).
@@ -129,6 +132,12 @@ def choose_recipe(overrides: dict) -> tuple[str, str]:
     if dataset in (None, "digits"):
         return "demo", "the embedded digits demo"
     return "scratch", f"training from scratch on {dataset}: the small-data recipe (--recipe=augreg for large data)"
+
+
+def _recorded_as_own(workdir, weights) -> bool:
+    from training.model import recorded_source
+
+    return workdir is not None and recorded_source(workdir, weights) is not None
 
 
 def situational_augmentation(values: dict, overrides: dict) -> dict:

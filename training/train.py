@@ -15,10 +15,12 @@ Examples:
 A killed run resumes when restarted with the same command, from the newest checkpoint that can be read.
 The exit status is 1 when the loss diverges (the message names the last good checkpoint and the flags that
 continue from it: a lower --learning_rate with --resume_with_changes), 2 when the run cannot start or its data
-fail (an unwritable or mismatched --workdir, one another run holds, unreadable checkpoints, a missing
-dataset, unusable images, or an image that fails to decode during the run: the state reached is saved
-first; also a Keras backend other than TensorFlow, found before anything is imported); both print one `error: ...`
-line. Rerunning a finished run says so and changes nothing (exit status 0).
+fail (a numeric flag outside its range, an unwritable or mismatched --workdir, one another run holds, --weights
+of a run another process is training, unreadable checkpoints, a missing dataset, unusable images, or an image
+that fails to decode during the run: the state reached is saved first; also a Keras backend other than
+TensorFlow, found before anything is imported), 4 when the disk is full (the checkpoints written whole are kept);
+each prints one `error: ...` line (docs/TRAINING.md, "Exit statuses"; 5 is reserved for a training image deleted
+or changed during the run). Rerunning a finished run says so and changes nothing (exit status 0).
 """
 
 from __future__ import annotations
@@ -78,15 +80,16 @@ def _default_help(field) -> str:
     values = {}  # value text -> recipes, in the order of RECIPES
     for name, recipe in config_lib.RECIPES.items():
         values.setdefault(_value_text(field.name, recipe.get(field.name, field.default)), []).append(name)
+    valid = f" Range: {config_lib.RANGES[field.name]}." if field.name in config_lib.RANGES else ""
     if len(values) == 1 and "default" in text:
-        return text  # it says its default itself
+        return text + valid  # it says its default itself
     if len(values) == 1:
         default = next(iter(values))
     else:
         default = "the recipe's: " + "; ".join(f"{value} ({', '.join(names)})" for value, names in values.items())
     if field.name in _SITUATIONAL:
         default += "; a recipe chosen without --recipe adapts it, see --recipe"
-    return f"{text} (default: {default})"
+    return f"{text} (default: {default}){valid}"
 
 
 def _define_config_flags():
@@ -128,13 +131,34 @@ flags.DEFINE_integer("max_image_pixels", None, "Largest image of a folder datase
                      "the frames of a GIF), checked from the headers before training: a larger one is refused, "
                      "naming it and its size (or skipped with --skip_bad_images). 0: no limit. Default: "
                      "40,000,000 (the pipeline holds about 10 bytes per pixel of an image while it decodes and "
-                     "crops it).", lower_bound=0)
+                     "crops it). Range: [0, 10**12].", lower_bound=0, upper_bound=10**12)
 flags.DEFINE_enum("image_check", "decode", ["decode", "headers"], "How a folder dataset's images are checked "
                   "before training: decode (headers, then every image but a BMP decoded once with TensorFlow, "
                   "in parallel) or headers (headers only: faster on very large folders; an image that then fails "
                   "to decode stops the run naming it, after saving the state reached).")
 
 
+def _register_range_validators():
+    """A usage error (exit status 2, one line naming the flag and the value) for a numeric flag that is NaN, infinite
+    or outside its `training.config.RANGES` range; a `--randaugment` it cannot take likewise."""
+    for name in config_lib.RANGES:
+        if name == "validation_split":
+            continue  # its own message, below
+        flags.register_validator(name, lambda value, name=name: config_lib.range_problem(name, value) is None,
+                                 message=f"--{name} must be a finite number in {config_lib.RANGES[name]}")
+
+    def randaugment(value):
+        if value is not None:
+            try:
+                config_lib._parse_randaugment(value)
+            except ValueError as error:
+                raise flags.ValidationError(str(error)) from None
+        return True
+
+    flags.register_validator("randaugment", randaugment)
+
+
+_register_range_validators()
 flags.register_validator(
     "validation_split", lambda value: value is None or 0.0 < value < 1.0,
     "--validation_split must be a fraction of the training images strictly between 0 and 1, e.g. 0.2 (leave it "
@@ -156,6 +180,18 @@ def _check_validation_split(fv, argv):
 
 
 cli.add_check(FLAGS, _check_validation_split)
+
+
+def _check_weights_not_training(fv, argv):
+    from training import workdir_lock
+
+    try:
+        workdir_lock.check_not_training(fv.weights)
+    except workdir_lock.WorkdirLocked as error:
+        raise cli.UsageError(str(error)) from None
+
+
+cli.add_check(FLAGS, _check_weights_not_training)
 # Once the flags parse, before Keras or TensorFlow is imported: another Keras backend would build the model and
 # then fail in TensorFlow's checkpoint code.
 cli.add_check(FLAGS, lambda fv, argv: backend.check_tensorflow_backend(
@@ -184,7 +220,7 @@ def main(argv):
     from training.image_checks import DEFAULT_MAX_IMAGE_PIXELS
     from training.model import ModelBuildError
     from training.sources import DatasetNotFoundError, InvalidDatasetError
-    from training.workdir import WorkdirError
+    from training.workdir import DISK_FULL_EXIT, DiskFull, WorkdirError, disk_full, is_disk_full
 
     try:
         augment.layers_of(cfg.augment_library)
@@ -201,6 +237,13 @@ def main(argv):
     except (WorkdirError, DatasetNotFoundError, InvalidDatasetError, ModelBuildError) as error:
         print(f"error: {error}", file=sys.stderr, flush=True)
         sys.exit(2)
+    except Exception as error:  # noqa: BLE001  a full disk wherever the run wrote: its own status
+        if not is_disk_full(error):
+            raise
+        if not isinstance(error, DiskFull):
+            error = disk_full(error, "the run's files", cfg.workdir, "The checkpoints written whole are kept.")
+        print(f"error: {error}", file=sys.stderr, flush=True)
+        sys.exit(DISK_FULL_EXIT)
 
 
 if __name__ == "__main__":

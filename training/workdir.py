@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -19,6 +20,7 @@ import tensorflow as tf
 
 from training import distribute, workdir_lock
 from training.config import OPTIMISATION_FIELDS, RESUMABLE_FIELDS
+from training.model import SOURCE_KEY, source_record
 from training.sources import shown_path
 
 RESUMABLE_CHANGES = set(RESUMABLE_FIELDS)  # they do not change what is computed
@@ -87,6 +89,7 @@ class WorkdirMixin:
         """The `OPTIMISATION_CHANGES` allowed against the workdir's config.json; raises for any other change."""
         path = os.path.join(self.cfg.workdir, "config.json")
         self._config_history = []
+        self._weights_source = None
         if not tf.io.gfile.exists(path):
             return {}
         with tf.io.gfile.GFile(path) as f:
@@ -100,6 +103,7 @@ class WorkdirMixin:
             ) from error
         self._config_history = list(old.get(HISTORY_KEY, []))
         old.pop(HISTORY_KEY, None)
+        self._weights_source = old.pop(SOURCE_KEY, None)  # kept: what the checkpoints were fine-tuned from
         new = json.loads(self.cfg.to_json())
         changed = {k: (old.get(k), new.get(k)) for k in sorted(set(old) | set(new))
                    if old.get(k) != new.get(k) and k not in RESUMABLE_CHANGES}
@@ -132,14 +136,54 @@ class WorkdirMixin:
         values = json.loads(self.cfg.to_json())
         if self._config_history:
             values[HISTORY_KEY] = self._config_history
+        source = getattr(self, "_weights_source", None)
+        if source is None or source.get("weights") != self.cfg.weights:  # a first start (or other --weights)
+            source = source_record(self.cfg, self.model)
+        if source is not None:
+            values[SOURCE_KEY] = source
         write_atomically(os.path.join(self.cfg.workdir, "config.json"), json.dumps(values, indent=2, sort_keys=True))
 
 
+DISK_FULL_EXIT = 4
+"""`python -m training.train`'s exit status when the disk is full (`DiskFull`)."""
+
+
+class DiskFull(RuntimeError):
+    """No space left on the device while the run wrote (ENOSPC): exit status `DISK_FULL_EXIT` in training.train."""
+
+
+def is_disk_full(error) -> bool:
+    """Whether `error` (or an error it was raised from) is "no space left on the device": an `OSError` with errno
+    ENOSPC, or a TensorFlow file error saying so (TensorFlow's file system raises `tf.errors.OpError`s)."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, DiskFull) or (isinstance(error, OSError) and error.errno == errno.ENOSPC):
+            return True
+        if isinstance(error, tf.errors.OpError) and "No space left on device" in str(error):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def disk_full(error, what: str, path: str, saved: str) -> DiskFull:
+    """The one-line `DiskFull` for `error` while writing `what` at `path`; `saved`: what is on disk to go on from."""
+    return DiskFull(
+        f"No space left on the device while writing {what} ({path}): {short_error(error)}. {saved} Free space on "
+        f"that disk (a lower --keep_checkpoints keeps fewer checkpoints), then rerun the same command: it resumes "
+        f"from the newest checkpoint written whole.")
+
+
 def write_atomically(path, text):
-    """Writes whole, then renames: other workers may be reading `path`."""
-    with tf.io.gfile.GFile(path + ".tmp", "w") as f:
-        f.write(text)
-    tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
+    """Writes whole, then renames: other workers may be reading `path`. A full disk raises `DiskFull`."""
+    try:
+        with tf.io.gfile.GFile(path + ".tmp", "w") as f:
+            f.write(text)
+        tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
+    except (OSError, tf.errors.OpError) as error:
+        if is_disk_full(error):
+            raise disk_full(error, os.path.basename(path), path, f"{path} is as it was before.") from error
+        raise
 
 
 def short_error(error) -> str:

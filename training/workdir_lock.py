@@ -109,6 +109,52 @@ class WorkdirLock:
         self.release()
 
 
+def training_holder(workdir) -> str | None:
+    """Who trains the run in `workdir` now (`describe` of its lock's holder), or None: no process holds its lock
+    (it ended, or it is no run; a remote path is not checked). Takes no lock and writes nothing: a shared,
+    non-blocking `flock` on `WORKDIR/.lock`, released at once, fails only while a run holds it."""
+    path = os.path.join(os.fspath(workdir), LOCK_NAME)
+    if not is_lockable(workdir) or not os.path.isfile(path):
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError as error:
+        if error.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            return None
+        return describe(_read_fd(fd))
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+def check_not_training(weights, flag: str = "--weights") -> None:
+    """Refuses `weights` that name a run folder another process is training (or resuming) now: its `model.keras`,
+    if any, is an earlier run's or not written yet, not the model that run is making.
+
+    The one check for every tool that takes a run folder as weights: `python -m training.train` calls it before
+    anything is imported (a usage error, exit status 2) and `training.model.build_model` before loading; other
+    tools (`python -m keras_vit.export --weights=RUN`, ...) can call it the same way.
+
+    Raises:
+        WorkdirLocked: the one-line message: who holds the run, and how to go on.
+    """
+    if weights is None or not os.path.isdir(os.fspath(weights)):
+        return
+    holder = training_holder(weights)
+    if holder is not None:
+        model = os.path.join(os.fspath(weights), "model.keras")
+        raise WorkdirLocked(
+            f"{flag}={weights} is a run that is being trained now: {holder} holds "
+            f"{os.path.join(os.fspath(weights), LOCK_NAME)}, so its model is not final. Wait for that run to end "
+            f"(or stop it), or pass a finished model file explicitly (e.g. {flag}={model} as it is now).")
+
+
 def _read_fd(fd) -> str:
     data = os.pread(fd, 4096, 0)
     return data.decode("utf-8", "backslashreplace").strip()

@@ -43,8 +43,12 @@ cli_model.define_weights(FLAGS, required=True, purpose="the served predictions")
 cli.define_out(FLAGS, "The TF Serving model base path: SavedModels go to OUT/<version>/, TFLite files to "
                "OUT/tflite/, ONNX to OUT/onnx/.")
 flags.DEFINE_enum("format", "saved_model", list(FORMATS), "What to write.", flag_values=FLAGS)
-flags.DEFINE_integer("version", None, "SavedModel version (default: the next free integer, 1 for a new --out).",
-                     lower_bound=0, flag_values=FLAGS)
+flags.DEFINE_integer("version", None, "SavedModel version, from 1 to 2**63-1 (TF Serving's int64; default: the next "
+                     "free integer, 1 for a new --out).", flag_values=FLAGS)
+flags.register_validator(
+    "version", lambda value: value is None or 1 <= value <= 2**63 - 1,
+    "--version must be an integer from 1 to 2**63-1 (TF Serving reads a version as an int64); leave it out for the "
+    "next free version", flag_values=FLAGS)
 flags.DEFINE_bool("overwrite", False, "Replace an existing version or file.", flag_values=FLAGS)
 flags.DEFINE_integer("top_k", 5, "Classes returned per image by serving_default.", lower_bound=1, flag_values=FLAGS)
 flags.DEFINE_string("labels", None, "Text file with one label per class, one a line (default: "
