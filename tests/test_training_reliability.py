@@ -485,3 +485,15 @@ def test_a_full_disk_anywhere_in_the_run_maps_to_its_status(tmp_path, capsys, mo
     monkeypatch.setattr(loop, "run", full)
     status, out, err = cli(capsys, tmp_path / "run", steps=1)
     assert status == 4 and err.count("\n") == 1 and err.startswith("error: No space left on the device while writing")
+
+
+def test_an_image_failing_mid_run_has_its_own_exit_status(tmp_path, capsys, monkeypatch):
+    """`training.sources.ImageFailedMidRunError` (a file deleted or changed since the check): status 5, one line."""
+    from training.sources import ImageFailedMidRunError
+
+    def failed(*args, **kwargs):
+        raise ImageFailedMidRunError("The training image /data/a.png was deleted during the run ...")
+
+    monkeypatch.setattr(loop, "run", failed)
+    status, out, err = cli(capsys, tmp_path / "run", steps=1)
+    assert status == 5 and err == "error: The training image /data/a.png was deleted during the run ...\n"

@@ -142,3 +142,19 @@ def test_a_run_whose_model_is_not_a_regular_file_is_named(tmp_path, kind):
 def test_a_device_given_as_a_checkpoint_is_named():
     with pytest.raises(ValueError, match="'/dev/null' is a device, not a regular file"):
         keras_vit.ViT(weights="/dev/null")
+
+
+def test_a_run_being_trained_is_refused_naming_its_holder(tmp_path):
+    import fcntl
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text("{}")
+    keras_vit.ViT(**TINY).save(str(run / "model.keras"))
+    lock = run / ".lock"
+    lock.write_text("pid 4242 on host-a: python -m training.train --workdir=run")
+    with open(lock) as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # what a running training app holds (another open file: flock is per file)
+        with pytest.raises(ValueError, match=r"is being trained now \(pid 4242 on host-a.*holds its .lock\)"):
+            keras_vit.ViT(weights=str(run))
+    assert keras_vit.ViT(weights=str(run)).output_shape == (None, 3)  # released: the finished model loads

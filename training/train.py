@@ -219,7 +219,7 @@ def main(argv):
     from training.checkpoints import TrainingDiverged
     from training.image_checks import DEFAULT_MAX_IMAGE_PIXELS
     from training.model import ModelBuildError
-    from training.sources import DatasetNotFoundError, InvalidDatasetError
+    from training.sources import DatasetNotFoundError, ImageFailedMidRunError, InvalidDatasetError
     from training.workdir import DISK_FULL_EXIT, DiskFull, WorkdirError, disk_full, is_disk_full
 
     try:
@@ -234,6 +234,9 @@ def main(argv):
     except TrainingDiverged as error:
         print(f"error: {error}", file=sys.stderr, flush=True)
         sys.exit(1)
+    except ImageFailedMidRunError as error:  # before InvalidDatasetError, its base class: a status of its own
+        print(f"error: {error}", file=sys.stderr, flush=True)
+        sys.exit(error.exit_status)
     except (WorkdirError, DatasetNotFoundError, InvalidDatasetError, ModelBuildError) as error:
         print(f"error: {error}", file=sys.stderr, flush=True)
         sys.exit(2)

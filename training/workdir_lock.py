@@ -27,7 +27,8 @@ import shlex
 import socket
 import sys
 
-LOCK_NAME = ".lock"
+from keras_vit.checkpoints import runs
+from keras_vit.checkpoints.runs import RUN_LOCK as LOCK_NAME  # declared once, where keras_vit reads it
 
 
 class WorkdirLocked(RuntimeError):
@@ -113,24 +114,8 @@ def training_holder(workdir) -> str | None:
     """Who trains the run in `workdir` now (`describe` of its lock's holder), or None: no process holds its lock
     (it ended, or it is no run; a remote path is not checked). Takes no lock and writes nothing: a shared,
     non-blocking `flock` on `WORKDIR/.lock`, released at once, fails only while a run holds it."""
-    path = os.path.join(os.fspath(workdir), LOCK_NAME)
-    if not is_lockable(workdir) or not os.path.isfile(path):
-        return None
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except OSError as error:
-        if error.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            return None
-        return describe(_read_fd(fd))
-    else:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return None
-    finally:
-        os.close(fd)
+    held = runs.lock_holder(workdir) if is_lockable(workdir) else None
+    return None if held is None else describe(held)
 
 
 def check_not_training(weights, flag: str = "--weights") -> None:

@@ -29,47 +29,15 @@ import numpy as np
 
 from keras_vit import model_config, model_parts
 from keras_vit.checkpoints import keras_names, untrusted
+from keras_vit.checkpoints.runs import RUN_MODEL, is_run, model_file  # noqa: F401  (public here too)
 from keras_vit.checkpoints.canonical import Checkpoint, check_finite
 from keras_vit.weights_files import check_keras_archive, is_keras_weights, is_path
 
 log = logging.getLogger("keras_vit")
 
-RUN_MODEL = "model.keras"
-"""The model file a finished run of the training app leaves in its workdir."""
-
-
-def is_run(weights) -> bool:
-    """Whether `weights` is a training run's workdir (a folder with `config.json` and `model.keras` or
-    `checkpoints/`), as opposed to a Hugging Face folder."""
-    if weights is None or not isinstance(weights, (str, os.PathLike)) or not os.path.isdir(weights):
-        return False
-    folder = os.fspath(weights)
-    return os.path.isfile(os.path.join(folder, "config.json")) and (
-        os.path.lexists(os.path.join(folder, RUN_MODEL)) or os.path.isdir(os.path.join(folder, "checkpoints")))
-
-
 def is_own(weights) -> bool:
     """Whether `weights` is a Keras `.keras` / `.weights.h5` path or a training run's workdir."""
     return weights is not None and ((is_path(weights) and is_keras_weights(weights)) or is_run(weights))
-
-
-def model_file(weights) -> str:
-    """The file `weights` names: itself, or a run's `model.keras`.
-
-    Raises:
-        ValueError: a missing file, or a run that has not finished (no `model.keras` yet).
-    """
-    path = os.fspath(weights)
-    if is_run(path):
-        model = os.path.join(path, RUN_MODEL)
-        if not os.path.lexists(model):
-            raise ValueError(
-                f"The training run {path!r} has not finished: it holds no {RUN_MODEL} yet (only checkpoints). "
-                f"Resume it with the same command to finish it, then pass its folder. Received: weights={path!r}")
-        return untrusted.check_regular_file(model)
-    if not os.path.lexists(path):
-        raise ValueError(f"The weights file does not exist. Received: weights={path!r}")
-    return untrusted.check_regular_file(path)
 
 
 @contextlib.contextmanager
