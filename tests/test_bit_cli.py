@@ -147,6 +147,7 @@ def test_a_vit_only_flag_with_a_bit_is_one_error_line_of_the_app(tmp_path, capsy
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.e2e  # moved from the default tier (its time budget)
 def test_a_tiny_bit_trains_through_the_app_and_writes_checkpoints_and_exports(tmp_path, capsys):
     """The default tier's one end-to-end run: train -> checkpoint -> export -> classify with the SavedModel."""
     from training import train

@@ -315,6 +315,7 @@ def test_float_batch_at_the_ends_of_the_range_is_served(loaded):
     assert loaded.signatures["predict_images"](images=pixels)["probabilities"].shape == (2, 5)
 
 
+@pytest.mark.e2e  # moved from the default tier (its time budget)
 def test_headless_model_exports_features(tmp_path):
     model = keras_vit.ViT(**{k: v for k, v in TINY.items()}, include_top=False,
                           pooling="token")
@@ -330,6 +331,7 @@ def test_headless_model_exports_features(tmp_path):
     assert not os.path.exists(os.path.join(path, "assets", "labels.txt"))
 
 
+@pytest.mark.e2e  # moved from the default tier (its time budget)
 def test_logits_head_serves_logits_and_softmax_scores(tmp_path):
     model = tiny_vit(classifier_activation=None)
     served = tf.saved_model.load(export_saved_model(model, tmp_path / "logits", top_k=10))
@@ -347,6 +349,7 @@ def test_logits_head_serves_logits_and_softmax_scores(tmp_path):
     assert [label.decode() for label in out["labels"].numpy()[0]] == [f"class_{i}" for i in out["classes"][0]]
 
 
+@pytest.mark.e2e  # moved from the default tier (its time budget)
 def test_imagenet_head_gets_the_package_class_names(tmp_path):
     from keras_vit import preprocessing
     path = export_saved_model(tiny_vit(num_layers=1, classes=1000), tmp_path / "in1k")
@@ -359,6 +362,7 @@ def test_imagenet_head_gets_the_package_class_names(tmp_path):
     assert [label.decode() for label in out["labels"].numpy()[0]] == [labels[i] for i in out["classes"].numpy()[0]]
 
 
+@pytest.mark.e2e  # moved from the default tier (its time budget)
 def test_model_with_its_own_preprocessing_is_not_scaled_twice(tmp_path):
     model = tiny_vit(include_preprocessing=True)
     served = tf.saved_model.load(export_saved_model(model, tmp_path / "pre"))
@@ -368,6 +372,7 @@ def test_model_with_its_own_preprocessing_is_not_scaled_twice(tmp_path):
                                own_scaling, atol=1e-5)
 
 
+@pytest.mark.e2e  # moved from the default tier (its time budget)
 def test_versions_are_next_free_and_never_overwritten(tmp_path):
     model = tiny_vit(num_layers=1)
     base = tmp_path / "m"
@@ -382,6 +387,7 @@ def test_versions_are_next_free_and_never_overwritten(tmp_path):
     assert sorted(os.listdir(base)) == ["1", "7", "8"]
 
 
+@pytest.mark.e2e  # moved from the default tier (its time budget)
 def test_export_without_the_serving_api_skips_the_warmup_file(tmp_path, monkeypatch, caplog):
     monkeypatch.setitem(sys.modules, "tensorflow_serving", None)
     monkeypatch.setitem(sys.modules, "tensorflow_serving.apis", None)

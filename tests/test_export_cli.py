@@ -46,6 +46,7 @@ def test_an_existing_version_is_refused_in_the_words_of_the_flags_before_buildin
     assert "building" not in captured.out
 
 
+@pytest.mark.e2e  # moved from the default tier (its time budget)
 def test_next_version_and_overwrite(keras_file, tmp_path, capsys):
     base = str(tmp_path / "tiny")
     assert main(["--model", keras_file, "--out", base]) == 0

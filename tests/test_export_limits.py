@@ -311,6 +311,7 @@ print(refused)
 """ % (SIZE, SIZE)
 
 
+@pytest.mark.e2e  # moved from the default tier (its time budget)
 def test_limits_are_enforced_without_keras_vit(served):
     path, _ = served
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")

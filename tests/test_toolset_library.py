@@ -19,7 +19,7 @@ from numpy_reference import random_official_params, vit_forward
 
 import keras_vit
 from keras_vit import convert, download, loading, model_parts, weights
-from keras_vit.applications import build_model
+from keras_vit.applications import model_from_name
 from keras_vit.variants import VARIANTS, Variant
 
 TINY_ARCH = dict(patch_size=8, hidden_size=32, num_layers=2, num_heads=4, mlp_dim=64)
@@ -173,7 +173,7 @@ def test_build_model_names_a_class_keras_cannot_find(tmp_path):
     saved = keras.saving.get_custom_objects().pop("toolset_test>Mystery")  # as in a process that never imported it
     try:
         with pytest.raises(ValueError, match="it uses 'Mystery'") as caught:
-            build_model(str(tmp_path / "custom.keras"))
+            model_from_name(str(tmp_path / "custom.keras"))
     finally:
         keras.saving.get_custom_objects()["toolset_test>Mystery"] = saved
     message = str(caught.value)

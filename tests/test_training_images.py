@@ -142,6 +142,7 @@ def unshuffled_folder(tmp_path, bad_split):
     return folder, root / bad_split / "red" / "zz.png"
 
 
+@pytest.mark.e2e  # moved from the default tier (its time budget)
 def test_an_image_that_fails_during_training_is_named_and_the_state_reached_is_saved(tmp_path, capsys):
     folder, bad = unshuffled_folder(tmp_path, "train")
     workdir = tmp_path / "run"
@@ -214,6 +215,7 @@ def test_skip_bad_images_skips_an_image_that_fails_during_training(tmp_path):
     assert "after 6 steps" in out.strip().splitlines()[-1]
 
 
+@pytest.mark.e2e  # moved from the default tier (its time budget)
 def test_a_failed_final_evaluation_still_writes_the_model_checkpoint_and_metrics(tmp_path):
     folder, bad = unshuffled_folder(tmp_path, "validation")
     workdir = tmp_path / "run"

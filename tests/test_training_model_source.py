@@ -1,4 +1,4 @@
-"""training.model's record of a fine-tune's source (`weights_source` in its config.json): rerunning the same command
+"""training.weights_source's record of a fine-tune's source (`weights_source` in its config.json): rerunning the same command
 resumes from the fine-tune's own checkpoints whatever happened to its `--weights` since (deleted, its model.keras
 deleted, replaced by another run), saying so in one line. Tiny runs in this process (e2e: seconds each)."""
 
@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from test_training_reliability import checkpoint_numbers, cli, run
-from training import model as model_lib
+from training import weights_source
 
 pytestmark = pytest.mark.e2e
 
@@ -35,7 +35,7 @@ def test_a_fine_tune_resumes_from_its_own_checkpoints_whatever_happened_to_its_s
     run(source, steps=2)
     status, out, err = fine_tune(capsys, source, workdir)
     assert status == 0, err[-3000:]
-    recorded = json.loads((workdir / "config.json").read_text())[model_lib.SOURCE_KEY]
+    recorded = json.loads((workdir / "config.json").read_text())[weights_source.SOURCE_KEY]
     assert recorded["weights"] == str(source) and recorded["file"] == str(source / "model.keras")
     assert recorded["size"] == os.path.getsize(source / "model.keras") and len(recorded["sha256"]) == 64
     assert recorded["model"]["config"]["num_layers"] == 1
@@ -60,4 +60,4 @@ def test_a_fine_tune_resumes_from_its_own_checkpoints_whatever_happened_to_its_s
     assert f"resumed from {workdir / 'checkpoints' / 'ckpt-2'} at step 2" in out
     assert "after 4 steps" in out.strip().splitlines()[-1] and checkpoint_numbers(workdir)[-1] == 4
     # The record stays that of the source the checkpoints came from.
-    assert json.loads((workdir / "config.json").read_text())[model_lib.SOURCE_KEY] == recorded
+    assert json.loads((workdir / "config.json").read_text())[weights_source.SOURCE_KEY] == recorded

@@ -350,6 +350,7 @@ def test_a_second_run_on_a_workdir_in_use_is_refused_naming_the_holder(tmp_path,
     assert status == 0 and "without releasing" not in out
 
 
+@pytest.mark.e2e  # moved from the default tier (its time budget)
 def test_the_lock_is_released_when_a_run_fails(tmp_path):
     workdir = tmp_path / "run"
     run(workdir, steps=2)

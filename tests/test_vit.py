@@ -184,6 +184,7 @@ def test_weights_h5_round_trip(tiny, images, tmp_path):
 
 
 @pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
+@pytest.mark.e2e  # moved from the default tier (its time budget)
 def test_mixed_precision(tiny, images, policy):
     reference = keras_vit.ViT(**tiny, classifier_activation=None)
     keras.config.set_dtype_policy(policy)

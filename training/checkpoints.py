@@ -32,6 +32,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from training import checkpoint_files
 from training.workdir import WorkdirError, disk_full, is_disk_full, short_error, write_atomically
 
 # A checkpoint is good when the loss of the step after it was finite and at most this many times the larger of
@@ -55,7 +56,7 @@ class CheckpointsMixin:
         self._awaiting_loss = None  # the checkpoint whose next step's loss is still to be recorded
         if self.chief:
             self._remove_temp_dirs()
-        found = _checkpoints_on_disk(directory)
+        found = checkpoint_files.on_disk(directory)
         problems = []
         for i, (number, prefix) in enumerate(found):
             problem = self._try_restore(prefix)
@@ -68,7 +69,7 @@ class CheckpointsMixin:
             problems.append(f"{prefix} ({problem})")
             older = "falling back to the previous checkpoint" if i + 1 < len(found) else "no older checkpoint"
             self._print(f"cannot restore {prefix}: {problem}; {older}")
-        leftovers = [os.path.join(directory, n) for n in _listdir(directory)
+        leftovers = [os.path.join(directory, n) for n in checkpoint_files.listdir(directory)
                      if n.startswith("ckpt-") and not n.endswith("_temp")]
         state_file = os.path.join(directory, "checkpoint")
         self._losses = {"first_loss": None, "after": {}}  # step 0: the record of earlier checkpoints is void
@@ -105,7 +106,7 @@ class CheckpointsMixin:
 
     def _remove_temp_dirs(self):
         """Deletes the `ckpt-N_temp/` folders that a save killed midway leaves (the chief, at start)."""
-        stale = sorted(n for n in _listdir(self.checkpoint_dir) if re.fullmatch(r"ckpt-\d+_temp", n))
+        stale = sorted(n for n in checkpoint_files.listdir(self.checkpoint_dir) if re.fullmatch(r"ckpt-\d+_temp", n))
         for name in stale:
             tf.io.gfile.rmtree(os.path.join(self.checkpoint_dir, name))
         if stale:
@@ -133,7 +134,7 @@ class CheckpointsMixin:
         self._awaiting_loss = step
         if self._losses["after"].pop(step, None) is not None:  # a record of an earlier ckpt-`step`: void now
             self._write_losses()
-        ours = [(n, p) for n, p in _checkpoints_on_disk(directory) if n <= step]  # newest first
+        ours = [(n, p) for n, p in checkpoint_files.on_disk(directory) if n <= step]  # newest first
         kept = ours[: self.cfg.keep_checkpoints]
         good = self._last_good(ours) if self.chief else None
         if good is not None and good not in kept:
@@ -141,7 +142,7 @@ class CheckpointsMixin:
         for number, old in ours:
             if (number, old) not in kept:
                 name = os.path.basename(old)
-                for file_name in _listdir(directory):
+                for file_name in checkpoint_files.listdir(directory):
                     if file_name.startswith(name + "."):
                         tf.io.gfile.remove(os.path.join(directory, file_name))
         _write_checkpoint_state(directory, [p for _, p in sorted(kept)])
@@ -194,7 +195,7 @@ class CheckpointsMixin:
         else:
             what = f"Loss became {loss} at step {step}"
         directory = self.checkpoint_dir
-        found = [(n, p) for n, p in _checkpoints_on_disk(directory) if n <= step - 1]  # newest first
+        found = [(n, p) for n, p in checkpoint_files.on_disk(directory) if n <= step - 1]  # newest first
         after = self._losses["after"]
 
         def good(number):
@@ -209,7 +210,7 @@ class CheckpointsMixin:
             reasons = []
             for number, prefix in aside:  # ckpt-N.index, ckpt-N.data-* -> diverged-ckpt-N.*: no longer resumed from
                 name = os.path.basename(prefix)
-                for file_name in _listdir(directory) if self.chief else ():
+                for file_name in checkpoint_files.listdir(directory) if self.chief else ():
                     if file_name.startswith(name + "."):
                         tf.io.gfile.rename(os.path.join(directory, file_name),
                                            os.path.join(directory, "diverged-" + file_name), overwrite=True)
@@ -239,20 +240,6 @@ class CheckpointsMixin:
             f"--warmup_steps, a --grad_clip_norm or another --schedule can be given the same way), or use a new "
             f"--workdir."
         )
-
-
-def _checkpoints_on_disk(directory):
-    """`(number, prefix)` of every `ckpt-N.index` in `directory`, the newest (highest N) first."""
-    found = [re.fullmatch(r"ckpt-(\d+)\.index", name) for name in _listdir(directory)]
-    return sorted(((int(m.group(1)), os.path.join(directory, m.group(0)[:-len(".index")])) for m in found if m),
-                  reverse=True)
-
-
-def _listdir(directory):
-    """The names in `directory` (listed, not globbed), none when it does not exist."""
-    if not tf.io.gfile.isdir(directory):
-        return []
-    return [name.rstrip("/") for name in tf.io.gfile.listdir(directory)]
 
 
 def _write_checkpoint_state(directory, prefixes):

@@ -219,7 +219,7 @@ class Config:
         fields)."""
         values = json.loads(text)
         values.pop("resumed_with_changes", None)
-        values.pop("weights_source", None)  # training.model.SOURCE_KEY: a fine-tune's source, not a field
+        values.pop("weights_source", None)  # training.weights_source.SOURCE_KEY: a fine-tune's source, not a field
         if values.get("randaugment") is not None:
             values["randaugment"] = tuple(values["randaugment"])
         return cls(**values)

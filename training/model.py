@@ -15,21 +15,14 @@ from __future__ import annotations
 import os
 
 from keras_vit import variants
+from training.recipes import BIT_MODELS, is_bit  # noqa: F401  (public here too)
+from training.weights_source import SOURCE_KEY, recorded_source, source_change
 
 TINY_BIT = dict(block_units=(1, 1, 1), width=16, groups=8)
 """The miniature BiT ResNet v2 of `--model=bit_tiny`: that of `training.experiments` ("BiT-R11")."""
 
-BIT_MODELS = ("bit_tiny", *variants.BIT_MODELS)
-"""The `--model` values that train a BiT ResNet (`keras_vit.BiT`) instead of a ViT."""
-
-
 class ModelBuildError(ValueError):
     """The run's model cannot be built: weights that do not fit it, or arguments it refuses (exit status 2)."""
-
-
-def is_bit(model: str) -> bool:
-    """Whether the config's `model` is a BiT ResNet (`BIT_MODELS`, any spelling of `keras_vit.variants.bit_name`)."""
-    return model == "bit_tiny" or variants.bit_name(model) is not None
 
 
 def check_model(cfg, recipe: dict | None = None) -> None:
@@ -104,96 +97,16 @@ def fetch_weights(cfg) -> str | None:
         ) from None
 
 
-SOURCE_KEY = "weights_source"
-"""In a fine-tune's `config.json`: what its `--weights` of one's own model were when it started (`source_record`),
-so that the same command resumes from the run's own checkpoints whatever happened to that source since."""
-
-
-def _source_file(weights):
-    """(path, size, mtime_ns) of the model file `weights` names now (a run's `model.keras`), or None: gone."""
-    from keras_vit.checkpoints import own
-
-    try:
-        path = own.model_file(weights)
-        stat = os.stat(path)
-    except (OSError, ValueError):
-        return None
-    return path, stat.st_size, stat.st_mtime_ns
-
-
-def _sha256(path) -> str:
-    import hashlib
-
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def source_record(cfg, model) -> dict | None:
-    """The record of a run's `--weights` of one's own model (a run folder or a Keras file) and of the model built
-    from them: the file (path, size, mtime, SHA-256) and the model's serialized config (the architecture the file
-    and the flags made). None for other weights (a published name: its file does not change)."""
-    from training.recipes import is_own_model
-
-    if not is_own_model(cfg.weights):
-        return None
-    found = _source_file(cfg.weights)
-    if found is None:
-        return None
-    import keras
-
-    path, size, mtime_ns = found
-    return dict(weights=str(cfg.weights), file=path, size=size, mtime_ns=mtime_ns, sha256=_sha256(path),
-                model=keras.saving.serialize_keras_object(model))
-
-
-def recorded_source(workdir, weights) -> dict | None:
-    """The `SOURCE_KEY` record of `WORKDIR/config.json` when it is of these `weights` (else None; also for a
-    workdir that is not a local folder)."""
-    import json
-
-    if not weights or "://" in str(workdir):
-        return None
-    try:
-        with open(os.path.join(workdir, "config.json"), encoding="utf-8") as f:
-            record = json.load(f).get(SOURCE_KEY)
-    except (OSError, ValueError, AttributeError):
-        return None
-    return record if isinstance(record, dict) and record.get("weights") == str(weights) else None
-
-
-def source_change(record) -> str | None:
-    """How the source of `record` differs now ("is gone ...", "changed ..."), or None: the same file."""
-    found = _source_file(record["weights"])
-    if found is None:
-        return f"is gone (no {record['file']})"
-    path, size, mtime_ns = found
-    if (path, size, mtime_ns) == (record["file"], record["size"], record["mtime_ns"]):
-        return None
-    if os.path.realpath(path) == os.path.realpath(record["file"]) and _sha256(path) == record["sha256"]:
-        return None  # touched or copied back, the same bytes
-    return (f"changed since this run started from it ({path}: {size:,} bytes, modified "
-            f"{_time(mtime_ns)}; then {record['size']:,} bytes, modified {_time(record['mtime_ns'])})")
-
-
-def _time(ns) -> str:
-    import datetime
-
-    return datetime.datetime.fromtimestamp(ns / 1e9, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
 def _model_of_record(cfg, num_classes):
     """The model a fine-tune's own checkpoints are of, rebuilt from the architecture its `config.json` records when
     its `--weights` source is gone or changed (None: the source is as it was, or there is nothing to resume)."""
     record = recorded_source(cfg.workdir, cfg.weights)
     if record is None:
         return None
-    from training.checkpoints import _checkpoints_on_disk
+    from training import checkpoint_files  # TensorFlow: imported when a model is built
 
     checkpoints = os.path.join(cfg.workdir, "checkpoints")
-    if not _checkpoints_on_disk(checkpoints):
+    if not checkpoint_files.on_disk(checkpoints):
         return None
     change = source_change(record)
     if change is None:

@@ -7,6 +7,18 @@ Example:
     ('scratch', 'sgd')
 """
 
+from keras_vit import variants
+from training.weights_source import is_own_model, recorded_source
+
+BIT_MODELS = ("bit_tiny", *variants.BIT_MODELS)
+"""The `--model` values that train a BiT ResNet (`keras_vit.BiT`) instead of a ViT."""
+
+
+def is_bit(model: str) -> bool:
+    """Whether the config's `model` is a BiT ResNet (`BIT_MODELS`, any spelling of `keras_vit.variants.bit_name`)."""
+    return model == "bit_tiny" or variants.bit_name(model) is not None
+
+
 SMALL_IMAGE = 64  # at most this many pixels a side: translation, not crops, and no flips (glyphs, icons)
 
 
@@ -107,18 +119,11 @@ RECIPES: dict[str, dict] = {
 }
 
 
-def is_own_model(weights) -> bool:
-    """Whether `--weights` names a model of one's own: a Keras `.keras` / `.weights.h5` file or a run's workdir."""
-    from keras_vit.checkpoints import own
-
-    return bool(weights) and own.is_own(str(weights))
-
-
 def choose_recipe(overrides: dict, workdir: str | None = None) -> tuple[str, str]:
     """(recipe, reason) for a run given without `--recipe`, from the flags that were given.
 
     `workdir`: the run's; a fine-tune whose `config.json` there records these `--weights` as one's own model
-    (`training.model.SOURCE_KEY`) keeps the recipe it started with when that source is gone or replaced since."""
+    (`training.weights_source.SOURCE_KEY`) keeps the recipe it started with when that source is gone or replaced since."""
     dataset = overrides.get("dataset")
     weights = overrides.get("weights")
     if is_own_model(weights) or _recorded_as_own(workdir, weights):
@@ -135,8 +140,6 @@ def choose_recipe(overrides: dict, workdir: str | None = None) -> tuple[str, str
 
 
 def _recorded_as_own(workdir, weights) -> bool:
-    from training.model import recorded_source
-
     return workdir is not None and recorded_source(workdir, weights) is not None
 
 
@@ -156,8 +159,6 @@ def situational_head(values: dict, overrides: dict) -> dict:
     global-average-pooled head instead of the [class] token, as in "Better plain ViT baselines" (Beyer et al.
     2022); benchmarks/TRAINING.md has what it gained and cost here. From one's own model (`--weights` of a
     keras_vit file or run), the head that model has: the file carries it (`classifier` stays None)."""
-    from training.model import is_bit
-
     if values["recipe"] != "scratch" or "classifier" in overrides or is_bit(values["model"]):
         return values
     if values.get("weights"):
@@ -179,8 +180,6 @@ def situational_architecture(values: dict, overrides: dict) -> dict:
     (`--tokenizer=patches`: the paper's architecture). One's own model (`--weights`) keeps the architecture its
     file carries."""
     from keras_vit.variants import get_variant
-    from training.model import is_bit
-
     try:
         hybrid = bool(get_variant(values["model"]).hybrid)  # a hybrid's ResNet stem is its tokenizer
     except ValueError:  # 'tiny', a BiT, or a name the config's own check refuses

@@ -20,7 +20,7 @@ import tensorflow as tf
 
 from training import distribute, workdir_lock
 from training.config import OPTIMISATION_FIELDS, RESUMABLE_FIELDS
-from training.model import SOURCE_KEY, source_record
+from training.weights_source import SOURCE_KEY, source_record
 from training.sources import shown_path
 
 RESUMABLE_CHANGES = set(RESUMABLE_FIELDS)  # they do not change what is computed
