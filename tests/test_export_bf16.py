@@ -139,6 +139,7 @@ def test_serving_model_keeps_float32_models_and_refuses_unknown_precisions():
         export_saved_model(model, "/nonexistent/never", precision="float16")
 
 
+@pytest.mark.e2e  # moved from the default tier (its time budget)
 def test_cli_precision_flag(tmp_path, capsys):
     keras_file = str(tmp_path / "tiny.keras")
     tiny_vit(num_layers=1).save(keras_file)

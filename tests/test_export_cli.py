@@ -74,6 +74,7 @@ def test_labels_file_and_features_export(keras_file, tmp_path):
     assert served.signatures["features"](images=tf.zeros([1, 32, 32, 3]))["features"].shape == (1, 192)
 
 
+@pytest.mark.e2e  # moved from the default tier (its time budget)
 def test_labels_sidecar_beside_the_keras_file(tmp_path, capsys):
     """`<model>.labels.txt` beside `<model>.keras` (what training writes) names the classes; `--labels` wins."""
     model_path = tmp_path / "model.keras"
@@ -91,6 +92,7 @@ def test_labels_sidecar_beside_the_keras_file(tmp_path, capsys):
         assert file.read().split() == ["a", "b", "c", "d", "e"]
 
 
+@pytest.mark.e2e  # moved from the default tier (its time budget)
 def test_weights_keras_file_with_a_variant_name(keras_file, tmp_path):
     """`--weights model.keras` loads the trained model itself (here a tiny one, not a ViT-B/16)."""
     base = str(tmp_path / "b16")

@@ -209,6 +209,7 @@ def damage(workdir, how):
     ("state file deleted", 6), ("state file garbled", 6),
     ("latest truncated", 4), ("latest overwritten with garbage", 4), ("latest deleted", 4),
 ])
+@pytest.mark.e2e  # moved from the default tier (its time budget)
 def test_resume_finds_the_newest_readable_checkpoint_on_disk(finished, tmp_path, how, resumed_at):
     workdir = tmp_path / "run"
     shutil.copytree(finished, workdir)
@@ -228,6 +229,7 @@ def test_resume_finds_the_newest_readable_checkpoint_on_disk(finished, tmp_path,
     assert [os.path.basename(p) for p in state.all_model_checkpoint_paths] == ["ckpt-4", "ckpt-6"]
 
 
+@pytest.mark.e2e  # moved from the default tier (its time budget)
 def test_rotation_after_a_fallback_deletes_no_good_checkpoint_for_a_damaged_one(finished, tmp_path):
     workdir = tmp_path / "run"
     shutil.copytree(finished, workdir)
@@ -239,6 +241,7 @@ def test_rotation_after_a_fallback_deletes_no_good_checkpoint_for_a_damaged_one(
     assert non_finite_tensors(workdir / "checkpoints" / "ckpt-4") == []
 
 
+@pytest.mark.e2e  # moved from the default tier (its time budget)
 def test_unreadable_checkpoints_are_refused_unless_overwritten(finished, tmp_path):
     workdir = tmp_path / "run"
     shutil.copytree(finished, workdir)
