@@ -1,7 +1,6 @@
 """keras_vit.inspect: rollout, attention distance, position similarity, filters, attention access, CLI."""
 
 import math
-import os
 
 import keras
 import numpy as np

@@ -43,17 +43,6 @@ def test_qkv_bias_must_be_a_bool(tiny):
         keras_vit.ViT(**tiny, qkv_bias="no")
 
 
-def test_qkv_bias_false_round_trips_in_safe_mode(tiny, images, tmp_path):
-    import keras
-
-    model = keras_vit.ViT(**tiny, qkv_bias=False)
-    path = str(tmp_path / "m.keras")
-    model.save(path)
-    restored = keras.saving.load_model(path, safe_mode=True)
-    assert model_parts.architecture(restored)["qkv_bias"] is False
-    np.testing.assert_allclose(restored.predict(images, verbose=0), model.predict(images, verbose=0), atol=1e-6)
-
-
 def test_checkpoint_without_biases_builds_and_loads_exactly(tmp_path, images):
     full = random_official_params(np.random.default_rng(3))
     params = _without_biases(full)

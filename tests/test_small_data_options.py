@@ -7,10 +7,8 @@ import math
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 
 import keras_vit
-from harness import assert_model_round_trip
 from keras_vit.layers import MultiHeadSelfAttention
 from keras_vit.layers.tokenizers import ConvStem, ShiftedPatches, conv_stem_widths
 
@@ -68,20 +66,7 @@ def test_conv_stem_widths_and_refusals():
                       hybrid=dict(block_units=(1, 1, 1), width=8), tokenizer="conv")
 
 
-@pytest.mark.parametrize("options", OPTIONS, ids=lambda o: "+".join(f"{k}={v}" for k, v in o.items()))
-def test_each_option_trains_and_round_trips(options, tmp_path):
-    model = keras_vit.ViT(**SMALL, **options)
-    assert model.get_config()["tokenizer"] == options.get("tokenizer", "patches")
-    assert model.get_config()["locality_attention"] == options.get("locality_attention", False)
-    images = np.random.default_rng(1).random((4, 16, 16, 1)).astype("float32")
-    with tf.GradientTape() as tape:
-        loss = keras.ops.mean(model(images, training=True) ** 2)
-    grads = tape.gradient(loss, model.trainable_variables)
-    assert not [v.path for v, g in zip(model.trainable_variables, grads) if g is None or not np.any(g.numpy())]
-    assert_model_round_trip(model, images, tmp_path, atol=1e-5)
-
-
-@pytest.mark.e2e  # three .keras saves and rebuilds: the round trip above keeps one save in the default tier
+@pytest.mark.e2e  # three .keras saves and rebuilds (tests/test_options.py keeps one per option in the default tier)
 @pytest.mark.parametrize("options", OPTIONS[1:], ids=lambda o: "+".join(f"{k}={v}" for k, v in o.items()))
 def test_own_model_with_options_transfers_to_other_classes_and_size(options, tmp_path):
     model = keras_vit.ViT(**SMALL, **options)
