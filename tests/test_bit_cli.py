@@ -123,13 +123,13 @@ def test_a_bit_recipe_conflict_names_the_recipe():
 
 def test_the_training_app_builds_bit_models_from_scratch():
     from training.experiments_models import MODELS
-    from training.model import TINY_BIT, build_model
+    from training.model import TINY_BIT, model_from_config
 
     assert MODELS["bit"].arguments == TINY_BIT  # --model=bit_tiny is the experiments' BiT
-    model = build_model(config_lib.make_config("demo", model="bit_r50x1", image_size=32), num_classes=3)
+    model = model_from_config(config_lib.make_config("demo", model="bit_r50x1", image_size=32), num_classes=3)
     assert model.name == "bit_r50x1" and model.output_shape == (None, 3)
     assert model_parts.head(model).activation is keras.activations.linear  # logits
-    tiny = build_model(config_lib.make_config("demo", model="bit_tiny", head_bias_init=-10.0), num_classes=10)
+    tiny = model_from_config(config_lib.make_config("demo", model="bit_tiny", head_bias_init=-10.0), num_classes=10)
     assert tiny.name == "bit_tiny" and np.all(keras.ops.convert_to_numpy(model_parts.head(tiny).bias) == -10)
 
 

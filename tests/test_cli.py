@@ -265,7 +265,7 @@ def test_failures_of_the_work_are_printed_in_the_words_of_the_flags(tool_flags, 
     assert "weights=None" not in err
 
     cfg = config.make_config("demo", model="vit_ti16", image_size=33, steps=4)
-    assert _main(tool_flags, args, lambda argv: model.build_model(cfg, 3)) == 1
+    assert _main(tool_flags, args, lambda argv: model.model_from_config(cfg, 3)) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: cannot build --model=vit_ti16 with --weights=none: The image size must be "), err
 
@@ -283,14 +283,14 @@ def test_help_text_shows_defaults_and_required(capsys):
     assert "--out: Where it goes. (required)" in out and "--[no]verbose" in out
 
 
-def test_build_model_refuses_architecture_flags_for_a_keras_file(tmp_path):
+def test_model_from_flag_values_refuses_architecture_flags_for_a_keras_file(tmp_path):
     with pytest.raises(ValueError, match="--image_size cannot apply to a .keras model"):
         cli_model.model_from_flag_values(str(tmp_path / "m.keras"), image_size=64)
     with pytest.raises(ValueError, match="--pooling cannot apply"):
         cli_model.model_from_flag_values("vit_b16", str(tmp_path / "m.keras"), pooling="token")
 
 
-def test_build_model_accepts_any_variant_spelling():
+def test_model_from_flag_values_accepts_any_variant_spelling():
     model = cli_model.model_from_flag_values("ViT-Ti/16", "none", image_size=32, classes=3)
     assert model.input_shape == (None, 32, 32, 3) and model.output_shape == (None, 3)
 

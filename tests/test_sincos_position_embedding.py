@@ -91,9 +91,9 @@ def test_section_4_5_inspection_reads_the_fixed_table(tmp_path):
 
 def test_the_app_builds_it_from_its_flag():
     from training.config import make_config
-    from training.model import build_model
+    from training.model import model_from_config
 
     cfg = make_config(None, dataset="folder:/data/x", image_size=16, pos_embedding="sincos2d")
-    assert build_model(cfg, num_classes=3).arguments["pos_embedding"] == "sincos2d"
+    assert model_from_config(cfg, num_classes=3).arguments["pos_embedding"] == "sincos2d"
     with pytest.raises(ValueError, match="--pos_embedding=sincos2d applies to ViT models only"):
         make_config(None, dataset="folder:/data/x", model="bit_tiny", pos_embedding="sincos2d")

@@ -167,7 +167,7 @@ class Mystery(keras.layers.Layer):
         return x
 
 
-def test_build_model_names_a_class_keras_cannot_find(tmp_path):
+def test_model_from_name_names_a_class_keras_cannot_find(tmp_path):
     inputs = keras.Input((4,))
     keras.Model(inputs, Mystery()(inputs)).save(tmp_path / "custom.keras")
     saved = keras.saving.get_custom_objects().pop("toolset_test>Mystery")  # as in a process that never imported it

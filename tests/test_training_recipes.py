@@ -57,13 +57,13 @@ def test_a_fine_tune_from_ones_own_run_takes_the_head_of_that_run(tmp_path, clas
     import keras_vit
     from keras_vit import model_parts
     from training.config import TINY_MODEL
-    from training.model import build_model
+    from training.model import model_from_config
 
     weights = str(tmp_path / "model.weights.h5")
     keras_vit.ViT(image_size=16, classes=10, classifier=classifier, **TINY_MODEL).save_weights(weights)
     cfg = config.make_config(None, dataset="folder:/data/letters", image_size=16, weights=weights)
     assert cfg.classifier is None  # the file carries its head
-    model = build_model(cfg, num_classes=3)
+    model = model_from_config(cfg, num_classes=3)
     assert model.arguments["classifier"] == classifier and model_parts.head(model).units == 3
 
 

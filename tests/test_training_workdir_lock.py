@@ -46,7 +46,7 @@ def test_a_run_being_trained_is_refused_as_weights_naming_its_holder(tmp_path, c
         assert again.held
 
 
-def test_build_model_refuses_a_run_being_trained_too(tmp_path):
+def test_model_from_config_refuses_a_run_being_trained_too(tmp_path):
     """Python callers of training.loop.run (no flags) are refused by the same check, before the file is read."""
     from training import config, model
 
@@ -54,7 +54,7 @@ def test_build_model_refuses_a_run_being_trained_too(tmp_path):
     cfg = config.make_config(None, dataset="digits", weights=str(run), steps=1, workdir=str(tmp_path / "ft"))
     with workdir_lock.WorkdirLock(str(run / workdir_lock.LOCK_NAME)):
         with pytest.raises(model.ModelBuildError, match=f"pid {os.getpid()} on host .* holds {run}/.lock"):
-            model.build_model(cfg, num_classes=3)
+            model.model_from_config(cfg, num_classes=3)
 
 
 def test_no_lock_file_a_file_or_a_remote_path_is_not_checked(tmp_path):

@@ -65,7 +65,7 @@ def warmup_text(warmup_steps: int, budgets: dict) -> str:
     return f"{whole}{parts} (the recipe's {warmup_steps} clamped to {share} of them)"
 
 
-def build_model(spec, image_size: int, classes: int, name: str):
+def model_from_spec(spec, image_size: int, classes: int, name: str):
     """A model of a `ModelSpec` for (image_size, image_size, 3) images in [-1, 1], returning logits."""
     import keras_vit
 
@@ -87,7 +87,7 @@ class Trainer:
         self.spec = models_of(setup.preset)[name]
         self.name, self.setup, self.cfg, self.strategy, self.num_classes = name, setup, cfg, strategy, num_classes
         with strategy.scope():
-            self.model = build_model(self.spec, setup.image_size, num_classes, name)
+            self.model = model_from_spec(self.spec, setup.image_size, num_classes, name)
             self.optimizer = optim.make_optimizer(cfg, cfg.steps, self.model)
             if cfg.grad_clip_norm:
                 self.optimizer.global_clipnorm = cfg.grad_clip_norm  # the app's global-norm clipping
@@ -106,7 +106,7 @@ class Trainer:
 
         keras.utils.set_random_seed(seed)
         with self.strategy.scope():
-            weights = build_model(self.spec, self.setup.image_size, self.num_classes, self.name).get_weights()
+            weights = model_from_spec(self.spec, self.setup.image_size, self.num_classes, self.name).get_weights()
         self.model.set_weights(weights)
         for variable in self.optimizer.variables:
             variable.assign(np.zeros(variable.shape, variable.dtype))

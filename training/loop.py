@@ -39,7 +39,7 @@ from training.config import Config
 from training.finish import FinishMixin
 from training.image_checks import DEFAULT_MAX_IMAGE_PIXELS, check_images
 from training.image_failures import Batches, ImageFailuresMixin, listed_files
-from training.model import build_model, fetch_weights
+from training.model import model_from_config, fetch_weights
 from training.optim import make_optimizer
 from training.sources import InvalidDatasetError, dataset_source, default_splits, shown_path
 from training.workdir import WorkdirMixin
@@ -147,7 +147,7 @@ class _Run(WorkdirMixin, CheckpointsMixin, ImageFailuresMixin, FinishMixin):
 
     def _build_state(self):
         with self.strategy.scope():
-            self.model = build_model(self.cfg, self.num_classes)
+            self.model = model_from_config(self.cfg, self.num_classes)
             self.optimizer = make_optimizer(self.cfg, self.total_steps, self.model)
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
         self.checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer, step=self.step)

@@ -3,10 +3,10 @@ or the paper's BiT ResNet baseline (`bit_r50x1`, or its miniature `bit_tiny`), t
 
 Example:
     >>> from training.config import make_config
-    >>> model = build_model(make_config("demo"), num_classes=10)
+    >>> model = model_from_config(make_config("demo"), num_classes=10)
     >>> model.output_shape
     (None, 10)
-    >>> build_model(make_config("demo", model="bit_tiny"), num_classes=10).count_params()
+    >>> model_from_config(make_config("demo", model="bit_tiny"), num_classes=10).count_params()
     128666
 """
 
@@ -67,7 +67,7 @@ def check_model(cfg, recipe: dict | None = None) -> None:
 
 
 def fetch_weights(cfg) -> str | None:
-    """Downloads the published checkpoint that `cfg.weights` names into the Keras cache (once; `build_model` then
+    """Downloads the published checkpoint that `cfg.weights` names into the Keras cache (once; `model_from_config` then
     reads it there) and returns its path; None for other weights. The app calls it before any dataset download, so
     that weights that cannot be fetched show on the first try, not after the data.
 
@@ -125,7 +125,7 @@ def _model_of_record(cfg, num_classes):
     return model
 
 
-def build_model(cfg, num_classes: int):
+def model_from_config(cfg, num_classes: int):
     """The `keras.Model` for `cfg` (a `training.config.Config`), returning logits (no softmax).
 
     Raises:

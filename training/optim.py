@@ -75,9 +75,6 @@ class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
         return dict(peak=self.peak, total_steps=self.total_steps, warmup_steps=self.warmup_steps, decay=self.decay)
 
 
-# Files saved before the rename name it "keras_vit>WarmupSchedule": that name still loads it (new files are
-# written with "keras_vit_training>WarmupSchedule").
-keras.saving.get_custom_objects()["keras_vit>WarmupSchedule"] = WarmupSchedule
 
 MAX_WARMUP_SHARE = 0.25  # a longer warm-up leaves too little of the run to decay in
 CLAMPED_WARMUP_SHARE = 0.1

@@ -123,7 +123,7 @@ def check_not_training(weights, flag: str = "--weights") -> None:
     if any, is an earlier run's or not written yet, not the model that run is making.
 
     The one check for every tool that takes a run folder as weights: `python -m training.train` calls it before
-    anything is imported (a usage error, exit status 2) and `training.model.build_model` before loading; other
+    anything is imported (a usage error, exit status 2) and `training.model.model_from_config` before loading; other
     tools (`python -m keras_vit.export --weights=RUN`, ...) can call it the same way.
 
     Raises:
