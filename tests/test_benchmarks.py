@@ -238,7 +238,7 @@ def test_quick_run_emits_table_and_json(tmp_path):
     assert all(0 < r["ceiling_share"] for r in infer)
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_full_quick_run(tmp_path):
     """Every keras_vit case (inference in both dtypes, training, SavedModel export and serving)."""
     stdout, document = _run_quick(tmp_path)

@@ -3,7 +3,7 @@ they say.
 
 The modules are found by walking the two packages (`pkgutil.walk_packages`), so a new module's examples run
 without being listed here; only modules whose source holds an example (`>>>`) are imported (the command-line
-entry points define absl flags on import). One test per module; `SLOW` docstrings run in the slow tier.
+entry points define absl flags on import). One test per module; `SLOW` docstrings run in the e2e tier.
 """
 
 import doctest
@@ -101,7 +101,7 @@ def test_docstring_examples(module):
     _run([test for test in DOCTESTS[module] if test.name not in SLOW])
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.parametrize("name", sorted(SLOW))
 def test_slow_docstring_example(name):
     """`SLOW`'s reasons: the examples that cannot be tiny."""

@@ -1,4 +1,4 @@
-"""Opt-in (`pytest -m slow`): an exported SavedModel served over real HTTP in TF Serving's REST format.
+"""Opt-in (`pytest -m external`: needs a TF Serving-compatible server in its own environment): an exported SavedModel served over real HTTP in TF Serving's REST format.
 
 No TF Serving binary installs from the registries this project can reach, so the server is KServe's model
 server (`kserve` on PyPI), whose V1 protocol is TF Serving's REST API: `POST /v1/models/NAME:predict` with
@@ -75,7 +75,7 @@ def _wait_ready(url, server, deadline):
     pytest.fail("the server did not become ready in time")
 
 
-@pytest.mark.slow
+@pytest.mark.external  # a TF Serving-compatible server in its own environment
 def test_tf_serving_rest_round_trip(tmp_path):
     python = _kserve_python()
     model_name = "vit_tiny"

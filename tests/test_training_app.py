@@ -128,7 +128,7 @@ def test_nan_loss_stops_with_a_message_and_keeps_the_last_good_checkpoint(tmp_pa
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("precision", ["bfloat16", pytest.param("float16", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("precision", ["bfloat16", pytest.param("float16", marks=pytest.mark.e2e)])
 def test_mixed_precision_step(tmp_path, precision):
     result = train(tmp_path, "--steps=1", f"--mixed_precision={precision}", "--export=false")
     assert result.returncode == 0, result.stderr[-3000:]
@@ -143,7 +143,7 @@ def test_mixed_precision_step(tmp_path, precision):
     assert {layer.dtype_policy.name for layer in model.layers} == {"float32"}  # computes in float32 too
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_augmentations_and_export_run(tmp_path):
     result = train(tmp_path, "--steps=3", "--randaugment=2,10", "--mixup=0.2", "--cutmix=1.0",
                    "--label_smoothing=0.1", "--show_predictions=3", "--image_size=16", timeout=400)
@@ -181,7 +181,7 @@ def test_finetune_recipe_loads_weights_resamples_and_zeroes_the_new_head(tmp_pat
     np.testing.assert_array_equal(position[0, 0], params["Transformer/posembed_input/pos_embedding"][0, 0])
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_killed_run_resumes_with_the_same_command(tmp_path):
     import signal
     import time

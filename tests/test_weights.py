@@ -301,7 +301,7 @@ def test_default_constructor_builds_at_the_checkpoint_resolution(monkeypatch):
     assert model_parts.pre_logits(model) is None
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_raw_imagenet21k_b16_has_the_golden_count_and_warns(monkeypatch):
     _fake_published(monkeypatch, "B16", "imagenet21k", image_size=224, patch_size=16, hidden=768, layers=12,
                     heads=12, mlp=3072, classes=21843, representation_size=768)
