@@ -2,6 +2,7 @@
 runs each study needs, the reading, the command line, and a tiny end-to-end study writing every output."""
 
 import dataclasses
+import html
 import json
 import os
 import sys
@@ -271,7 +272,9 @@ def test_tiny_study_writes_every_output(tmp_path, capsys):
         probe = results["figure7"]["vit_small"][when]
         assert np.asarray(probe["attention_distance"]).shape == np.asarray(probe["attention_entropy"]).shape == (2, 2)
         assert np.asarray(probe["position_similarity"]).shape == (4, 4, 4, 4)
-    assert results["reading"] and results["reading"] in (out / "index.html").read_text()
+    page = (out / "index.html").read_text()
+    paragraphs = results["reading"].split("\n\n")
+    assert results["reading"] and all(f"<p>{html.escape(p, quote=False)}</p>" in page for p in paragraphs)
     for figure in experiments_figure7.PLOTS:
         assert (out / figure).read_bytes()[:4] == b"\x89PNG"
     printed = capsys.readouterr().out
