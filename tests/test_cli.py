@@ -100,6 +100,7 @@ def test_a_real_run_starts_quietly_even_with_onednn_on():
     assert "top-3 classes of a generated image (random weights): " in result.stdout
 
 
+@pytest.mark.e2e  # moved from the default tier (its time budget)
 def test_a_failure_is_one_error_line_and_exit_1():
     result, _ = _run("-m", "keras_vit", "--model=vit_ti16", "--image_size=33")
     assert result.returncode == 1

@@ -130,10 +130,9 @@ def test_train_without_eval_split_lists_what_is_beside_train(tmp_path):
     assert "test|val|validation" in str(info.value) and "holdout, notes.txt" in str(info.value)
 
 
-# One process each: the first in the default tier, the other two layouts (whose messages the unit tests above
-# check without a process) in the end-to-end tier.
-@pytest.mark.parametrize("layout", ["missing", pytest.param("flat", marks=pytest.mark.e2e),
-                                    pytest.param("no_eval", marks=pytest.mark.e2e)])
+# One process each, in the end-to-end tier (the unit tests above check the messages without a process).
+@pytest.mark.e2e
+@pytest.mark.parametrize("layout", ["missing", "flat", "no_eval"])
 def test_training_app_prints_one_error_line_for_a_bad_folder(tmp_path, layout):
     root = tmp_path / "images"
     if layout == "flat":

@@ -255,6 +255,7 @@ def test_images_over_the_pixel_limit_are_refused_from_their_headers_naming_the_f
     assert image_checks.check_images(folder, ("train",), max_pixels=None, skip=True) == {str(huge)}  # decode: no pixels
 
 
+@pytest.mark.e2e  # moved from the default tier (its time budget)
 def test_the_pixel_limit_flag_refuses_in_one_line_or_skips(tmp_path, capsys):
     from test_training_reliability import cli
 

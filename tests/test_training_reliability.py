@@ -330,6 +330,7 @@ def lock_held_by_another_process(workdir):
         child.stdout.close()
 
 
+@pytest.mark.e2e  # moved from the default tier (its time budget)
 def test_a_second_run_on_a_workdir_in_use_is_refused_naming_the_holder(tmp_path, capsys):
     workdir = tmp_path / "run"
     with lock_held_by_another_process(workdir) as pid:
