@@ -361,3 +361,14 @@ def test_smoke_test_prints_probabilities_of_a_logits_model(activation, tiny, tmp
     assert shown == [(int(i), round(float(expected[i]), 4)) for i in top], line
     what = "probabilities: a softmax of the model's logits" if activation is None else "probabilities"
     assert line.endswith(f" ({what})"), line
+
+
+def test_a_path_that_is_not_utf8_is_a_usage_error_naming_the_byte(capsys):
+    """--out / --workdir from bytes that are not UTF-8 (Python decodes them with surrogates): one line, exit 2."""
+    from keras_vit.export.__main__ import main as export_main
+
+    out = b"/tmp/out_\xff_dir".decode("utf-8", "surrogateescape")
+    assert cli.utf8_path_problem("out", "/tmp/fine") is None
+    assert export_main(["--model=vit_ti16", "--weights=none", f"--out={out}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "is not a UTF-8 path (byte 0xff at position 9)" in err

@@ -159,6 +159,7 @@ def _register_range_validators():
 
 
 _register_range_validators()
+cli.require_utf8_path(FLAGS, "workdir")
 flags.register_validator(
     "validation_split", lambda value: value is None or 0.0 < value < 1.0,
     "--validation_split must be a fraction of the training images strictly between 0 and 1, e.g. 0.2 (leave it "

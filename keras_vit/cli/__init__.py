@@ -120,11 +120,36 @@ def require(flag_values, *names):
 # --- the shared flags (those that choose a model: keras_vit.cli.model) -------------------------------------
 
 
+def utf8_path_problem(flag: str, value) -> str | None:
+    """Why `value` cannot be a path a tool writes to, or None: TensorFlow and the exports write UTF-8 paths only, and
+    a name Python decoded with surrogates (bytes that are not UTF-8) cannot become one."""
+    if value is None:
+        return None
+    try:
+        str(value).encode("utf-8")
+    except UnicodeEncodeError as error:
+        byte = ord(str(value)[error.start]) - 0xDC00
+        return (f"--{flag}={str(value).encode('utf-8', 'surrogateescape')!r} is not a UTF-8 path (byte 0x{byte:02x} "
+                f"at position {error.start}): TensorFlow writes UTF-8 paths only; choose a name in UTF-8")
+    return None
+
+
+def require_utf8_path(flag_values, name: str) -> None:
+    """A validator: the path flag `name` must be UTF-8 (`utf8_path_problem`), a usage error in one line."""
+    def check(value):
+        problem = utf8_path_problem(name, value)
+        if problem:
+            raise flags.ValidationError(problem)
+        return True
+    flags.register_validator(name, check, flag_values=flag_values)
+
+
 def define_out(flag_values=FLAGS, help="Where the tool writes.", *, required=True):
-    """`--out`: where the tool writes (a file or a folder, per tool)."""
+    """`--out`: where the tool writes (a file or a folder, per tool), a UTF-8 path."""
     holder = flags.DEFINE_string("out", None, help, flag_values=flag_values)
     if required:
         require(flag_values, "out")
+    require_utf8_path(flag_values, "out")
     return holder
 
 
