@@ -344,6 +344,7 @@ def print_error(error, flag_values=None) -> None:
     text = text or type(error).__name__
     if not isinstance(error, (ValueError, OSError, app.UsageError, flags.Error, extras.MissingExtra)):
         text = f"{type(error).__name__}: {text}"
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")  # a path of bytes that are not UTF-8: escaped
     sys.stdout.flush()
     print(f"error: {text}", file=sys.stderr, flush=True)
 
