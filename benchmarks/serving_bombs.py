@@ -91,10 +91,11 @@ def gif_many_blocks(count: int) -> bytes:
     return gif[:start] + b"\x21\xfe\x01x\x00" * count + gif[start:]
 
 
-def jpeg_scan_bomb(side: int, scans: int, detailed: bool = False) -> bytes:
+def jpeg_scan_bomb(side: int, scans: int, detailed: bool = False, chroma_444: bool = False) -> bytes:
     """A progressive `side`^2 JPEG (tf.io.encode_jpeg, 10 scans) whose last scan is repeated up to `scans`:
     of a flat image (a repeat is a few hundred bytes: the bomb), or of a detailed one (each scan has
-    coefficients to decode: an honest image's cost per pass)."""
+    coefficients to decode: an honest image's cost per pass); `chroma_444`: full-resolution colour (no 4:2:0
+    downsampling), twice the coefficients libjpeg keeps."""
     import numpy as np
     import tensorflow as tf
 
@@ -103,7 +104,7 @@ def jpeg_scan_bomb(side: int, scans: int, detailed: bool = False) -> bytes:
         image = np.stack([rows % 256, columns % 256, (rows // 32 + columns // 32) % 256], -1).astype(np.uint8)
     else:
         image = np.zeros((side, side, 3), np.uint8)
-    jpeg = tf.io.encode_jpeg(image, progressive=True).numpy()
+    jpeg = tf.io.encode_jpeg(image, progressive=True, chroma_downsampling=not chroma_444).numpy()
     last, end = jpeg.rindex(b"\xff\xda"), jpeg.rindex(b"\xff\xd9")
     return jpeg[:end] + jpeg[last:end] * (scans - jpeg.count(b"\xff\xda")) + jpeg[end:]
 
@@ -163,6 +164,16 @@ def png_at_limit(side: int) -> bytes:
     return tf.io.encode_png(image, compression=1).numpy()
 
 
+def png16_rgba_at_limit(side: int) -> bytes:
+    """A `side`^2 16-bit RGBA PNG of a gradient, zlib level 1: the most bytes per pixel PNG has."""
+    import numpy as np
+    import tensorflow as tf
+
+    rows, columns = np.indices((side, side), np.uint16)
+    image = np.stack([rows * 8, columns * 8, (rows + columns) * 4, rows ^ columns], -1).astype(np.uint16)
+    return tf.io.encode_png(image, compression=1).numpy()
+
+
 # name -> (signature, function making the request: a list of encoded images, or a float array's shape+value)
 CASES = {
     BASELINE: ("serving_default", lambda: [small_png()]),
@@ -190,6 +201,9 @@ CASES = {
     "accepted: JPEG 8192^2 progressive, 16 scans, flat": ("serving_default", lambda: [jpeg_scan_bomb(SIDE, 16)]),
     "accepted: JPEG 8192^2 progressive, 16 scans, detailed": ("serving_default",
                                                               lambda: [jpeg_scan_bomb(SIDE, 16, detailed=True)]),
+    "accepted: JPEG 8192^2 progressive 4:4:4, 16 scans, detailed": (
+        "serving_default", lambda: [jpeg_scan_bomb(SIDE, 16, detailed=True, chroma_444=True)]),
+    "accepted: request of 4 PNGs 8192^2, 16-bit RGBA": ("serving_default", lambda: [png16_rgba_at_limit(SIDE)] * 4),
     "accepted: PNG 8192^2, 1 MB IDAT inflating to 1 GiB": ("serving_default",
                                                            lambda: [png_inflate_bomb(1 << 30, SIDE)]),
 }
