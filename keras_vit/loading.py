@@ -166,7 +166,7 @@ def plan_load(model, checkpoint: Checkpoint, interpolation: str = "bilinear", la
     assignments, missing, misshaped = [], [], []
     head = targets.get("head/kernel")
     new_head = head is not None and ("head/kernel" not in params or params["head/kernel"].shape[-1] != head.shape[-1])
-    zero_qkv_biases = _check_qkv_bias(model, targets, checkpoint, arch, label)
+    _check_qkv_bias(model, targets, checkpoint, arch, label)
     for key, variable in targets.items():
         if new_head and key in _HEAD_KEYS:
             report.reinitialised.append(key)
@@ -193,8 +193,6 @@ def plan_load(model, checkpoint: Checkpoint, interpolation: str = "bilinear", la
             continue
         if (key in _HEAD_KEYS and head is None) or (key in _PRE_LOGITS_KEYS and (head is None or new_head)):
             report.skipped.append(key)  # include_top=False, or pre_logits dropped for a new head
-        elif key in zero_qkv_biases:
-            report.skipped.append(key)  # the zeros a reader filled in for a bias-free model, into qkv_bias=False
         else:
             unexpected.append(key)
     if missing or unexpected or misshaped:
@@ -210,9 +208,8 @@ def plan_load(model, checkpoint: Checkpoint, interpolation: str = "bilinear", la
     return [(variable, array) for _, variable, array in arrays], report
 
 
-def _check_qkv_bias(model, targets, checkpoint: Checkpoint, arch, label) -> set:
-    """Refuses query/key/value biases for a `qkv_bias=False` model and their absence for a `qkv_bias=True` one;
-    returns the file's all-zero biases (filled in by the timm and HF readers) a `qkv_bias=False` model skips."""
+def _check_qkv_bias(model, targets, checkpoint: Checkpoint, arch, label) -> None:
+    """Refuses query/key/value biases for a `qkv_bias=False` model and their absence for a `qkv_bias=True` one."""
     model_has = any(key.endswith(architecture.QKV_BIAS_KEYS) for key in targets)
     file_keys = architecture.qkv_bias_keys(checkpoint.params)
     if model_has and not file_keys:
@@ -221,14 +218,11 @@ def _check_qkv_bias(model, targets, checkpoint: Checkpoint, arch, label) -> set:
             f"(qkv_bias=True, the default): build it with qkv_bias=False. The checkpoint looks like {arch.describe()}."
         )
     if file_keys and not model_has:
-        if architecture.qkv_biases_are_zero(checkpoint.params):
-            return set(file_keys)
         raise ValueError(
             f"The checkpoint {label!r} has query/key/value biases, but model {model.name!r} was built without them "
             f"(qkv_bias=False): build it with qkv_bias=True (the default, as every official checkpoint). "
             f"The checkpoint looks like {arch.describe()}."
         )
-    return set()
 
 
 def load_checkpoint(model, checkpoint: Checkpoint, interpolation: str = "bilinear", label=None) -> LoadReport:
@@ -255,11 +249,7 @@ def _report(model, checkpoint, report: LoadReport, label) -> None:
     if report.adapted_channels:
         log.warning("Adapted the kernel that sees the image from %d to %d input channels (summed over the colour "
                     "channels for one, as timm's in_chans).", *report.adapted_channels)
-    biases = [k for k in report.skipped if k.endswith(architecture.QKV_BIAS_KEYS)]
-    skipped = [k for k in report.skipped if k not in biases]
-    if biases:
-        log.info("Skipped the %d all-zero query/key/value biases of a checkpoint without them (qkv_bias=False).",
-                 len(biases))
+    skipped = report.skipped
     if skipped and model_parts.head(model) is None:
         log.info("Skipped %s: the model has no classification head (include_top=False).", ", ".join(sorted(skipped)))
     elif skipped:

@@ -32,9 +32,9 @@ def softmax(x):
 
 def attention(x, p):
     """Self-attention with (D, heads, head_dim) kernels; returns output and probabilities (B, n, T, T)."""
-    q = np.einsum("btd,dnh->btnh", x, p["query/kernel"]) + p["query/bias"]
-    k = np.einsum("btd,dnh->btnh", x, p["key/kernel"]) + p["key/bias"]
-    v = np.einsum("btd,dnh->btnh", x, p["value/kernel"]) + p["value/bias"]
+    q = np.einsum("btd,dnh->btnh", x, p["query/kernel"]) + p.get("query/bias", 0.0)  # none: qkv_bias=False
+    k = np.einsum("btd,dnh->btnh", x, p["key/kernel"]) + p.get("key/bias", 0.0)
+    v = np.einsum("btd,dnh->btnh", x, p["value/kernel"]) + p.get("value/bias", 0.0)
     logits = np.einsum("btnh,bsnh->bnts", q, k) / math.sqrt(q.shape[-1])
     probs = softmax(logits)
     context = np.einsum("bnts,bsnh->btnh", probs, v)

@@ -36,12 +36,13 @@ def test_classification_model_matches_transformers_forward(tmp_path, images, hid
 
 
 def test_config_without_qkv_bias(tmp_path, images):
+    """transformers' ViTConfig(qkv_bias=False): no biases in the file, none in the checkpoint."""
     config = {**hf_config(), "qkv_bias": False}
     tensors = random_hf_tensors(np.random.default_rng(8), config)
     assert "vit.encoder.layer.0.attention.attention.query.bias" not in tensors
     checkpoint = huggingface.read(write_hf_folder(tmp_path / "vit", config, tensors))
-    np.testing.assert_array_equal(
-        checkpoint.params["Transformer/encoderblock_1/MultiHeadDotProductAttention_1/value/bias"], np.zeros((4, 8)))
+    assert not [key for key in checkpoint.params if key.endswith("/bias") and "MultiHeadDotProductAttention_1/" in key
+                and not key.endswith("out/bias")]  # the reader invents no biases the file lacks
     assert rel_err(_official(checkpoint, images), hf_forward(tensors, config, images)[2]) < 1e-6
 
 

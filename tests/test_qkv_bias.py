@@ -77,17 +77,16 @@ def test_checkpoint_without_biases_is_refused_for_qkv_bias_true(tmp_path):
         loading.load_weights(model, path)
 
 
-def test_timm_file_without_qkv_bias_loads_both_ways(tmp_path, images):
+def test_timm_file_without_qkv_bias_loads_as_it_is(tmp_path, images):
     safetensors_numpy = pytest.importorskip("safetensors.numpy")
     tensors = random_timm_tensors(np.random.default_rng(6), qkv_bias=False)
     path = str(tmp_path / "model.safetensors")
     safetensors_numpy.save_file(tensors, path, metadata={"format": "pt"})
     expected = timm_forward(tensors, images, 4)
-    # The reader fills in zero biases: by default the model keeps them (as before the switch) ...
-    default = keras_vit.ViT(weights=path, num_heads=4, classifier_activation=None)
-    assert model_parts.architecture(default)["qkv_bias"] is True
-    # ... and qkv_bias=False builds timm's architecture itself, skipping those zeros.
-    exact = keras_vit.ViT(weights=path, num_heads=4, qkv_bias=False, classifier_activation=None)
+    # The reader translates what the file holds: no biases, so the model has none (timm's architecture) ...
+    exact = keras_vit.ViT(weights=path, num_heads=4, classifier_activation=None)
     assert model_parts.architecture(exact)["qkv_bias"] is False
-    for model in (default, exact):
-        assert rel_err(model.predict(images, verbose=0), expected) < 1e-4
+    assert rel_err(exact.predict(images, verbose=0), expected) < 1e-4
+    # ... and asking for biases the file lacks is refused, naming both sides (the reader invents none).
+    with pytest.raises(ValueError, match=r"qkv_bias=True \(checkpoint: no query/key/value biases\)"):
+        keras_vit.ViT(weights=path, num_heads=4, qkv_bias=True)

@@ -40,6 +40,12 @@ log = logging.getLogger("keras_vit")
 QKV_BIAS_KEYS = tuple(f"MultiHeadDotProductAttention_1/{name}/bias" for name in ("query", "key", "value"))
 """The official keys (below `Transformer/encoderblock_{i}/`) that `qkv_bias=False` models lack."""
 
+PRESENCE = {"qkv_bias": (f"Transformer/encoderblock_0/{QKV_BIAS_KEYS[0]}", "query/key/value biases")}
+"""The `keras_vit.ViT` switches a checkpoint decides by holding a canonical key or not (argument -> (key, what the
+key's layer holds, for messages)): inference,
+the description and the conflict check loop over it. The readers translate what a file holds and invent nothing:
+a file without the key has the switch off."""
+
 
 def named_stem(stem: dict):
     """The `variants.RESNET_STEMS` name of the stem (`"r50"`, `"r26"`, ...), else the dict of `ResNetStem` arguments."""
@@ -66,8 +72,8 @@ class CheckpointArchitecture:
     grid: tuple[int, int] | None
     hybrid: dict | None
     """The hybrid's ResNet stem as read from the file: dict(block_units=(...), width=...), or None."""
-    qkv_bias: bool = True
-    """Whether the file holds query/key/value biases (timm and Hugging Face files without them read as zeros)."""
+    switches: dict = dataclasses.field(default_factory=lambda: {name: True for name in PRESENCE})
+    """The `PRESENCE` switches as the file decides them (`qkv_bias`: whether it holds query/key/value biases)."""
     options: dict = dataclasses.field(default_factory=lambda: dict(variants.OWN_OPTIONS))
     """keras_vit's own options (`variants.OWN_OPTIONS` keys): a keras_vit file's values, else the defaults."""
 
@@ -88,7 +94,7 @@ class CheckpointArchitecture:
     def model_arguments(self) -> dict:
         """The `keras_vit.ViT` arguments fixed by the checkpoint."""
         args = dict(patch_size=self.stride, hidden_size=self.hidden_size, num_layers=self.num_layers,
-                    num_heads=self.num_heads, mlp_dim=self.mlp_dim, **self.options)
+                    num_heads=self.num_heads, mlp_dim=self.mlp_dim, **self.switches, **self.options)
         if self.hybrid:
             args["hybrid"] = named_stem(self.hybrid)
         return args
@@ -105,11 +111,16 @@ class CheckpointArchitecture:
         extra = f", pre_logits {self.representation_size}" if self.representation_size else ""
         hybrid = f" with ResNet stem {self.hybrid}" if self.hybrid else ""
         size = f", trained at {self.image_size[0]}x{self.image_size[1]}" if self.image_size else ""
-        bias = ("" if self.qkv_bias else ", no query/key/value biases") + "".join(
+        bias = "".join(f", {_holds(key, value)}" for key, value in self.switches.items() if not value) + "".join(
             f", {key}={value!r}" for key, value in self.options.items() if value != variants.OWN_OPTIONS[key])
         return (f"{name}{hybrid} (patch {self.stride}, D={self.hidden_size}, {self.num_layers} layers, "
                 f"{self.num_heads} heads, MLP {self.mlp_dim}, {self.channels} channels{bias}), {self.classifier} "
                 f"classifier, {head}{extra}{size}")
+
+
+def _holds(switch: str, value: bool) -> str:
+    """What a checkpoint holds for a `PRESENCE` switch: "query/key/value biases" or "no query/key/value biases"."""
+    return ("" if value else "no ") + PRESENCE[switch][1]
 
 
 def _require(params, key, path):
@@ -166,7 +177,7 @@ def infer(checkpoint: Checkpoint) -> CheckpointArchitecture:
         grid=_grid(checkpoint, patch_size * (variants.stem_stride(stem["block_units"]) if stem else 1), side,
                    num_patches),
         hybrid=stem,
-        qkv_bias=f"Transformer/encoderblock_0/{QKV_BIAS_KEYS[0]}" in params,
+        switches={name: key in params for name, (key, _) in PRESENCE.items()},
         options={key: (checkpoint.arguments or variants.OWN_OPTIONS)[key] for key in variants.OWN_OPTIONS},
     )
 
@@ -183,12 +194,6 @@ def _grid(checkpoint: Checkpoint, stride: int, side: int, num_patches: int) -> t
 def qkv_bias_keys(params) -> list[str]:
     """The query/key/value bias keys of a canonical checkpoint's blocks."""
     return [key for key in params if key.startswith("Transformer/encoderblock_") and key.endswith(QKV_BIAS_KEYS)]
-
-
-def qkv_biases_are_zero(params) -> bool:
-    """Whether every query/key/value bias is zero: what the timm and Hugging Face readers fill in for a model
-    built without them (the same computation as no bias)."""
-    return not any(np.any(np.asarray(params[key])) for key in qkv_bias_keys(params))
 
 
 def _stem(params) -> dict | None:
@@ -251,16 +256,6 @@ def _same_stem(requested, found: dict) -> bool:
     return all(tuple(np.atleast_1d(stem[k])) == tuple(np.atleast_1d(found[k])) for k in found if k in stem)
 
 
-def _qkv_bias_conflict(given, arch: CheckpointArchitecture, checkpoint: Checkpoint) -> str | None:
-    """qkv_bias=False is refused for a checkpoint with (non-zero) biases, qkv_bias=True for one without."""
-    if given is None or given == arch.qkv_bias:
-        return None
-    if not given and qkv_biases_are_zero(checkpoint.params):
-        return None  # zero biases filled in by the reader for a bias-free model: the same computation
-    found = "query/key/value biases" if arch.qkv_bias else "no query/key/value biases"
-    return f"qkv_bias={given!r} (checkpoint: {found})"
-
-
 def _resolve_architecture(args: dict, arch: CheckpointArchitecture, checkpoint: Checkpoint, label) -> None:
     """Fills unset architecture arguments from the checkpoint; raises on a conflict with set ones."""
     conflicts = []
@@ -273,17 +268,14 @@ def _resolve_architecture(args: dict, arch: CheckpointArchitecture, checkpoint: 
                 conflicts.append(f"hybrid={given!r} (checkpoint stem: {arch.hybrid})")
             args[key] = given  # keep the caller's spelling (it may carry GroupNorm groups)
         elif given != value:
-            conflicts.append(f"{key}={given!r} (checkpoint: {value!r})")
+            found = _holds(key, value) if key in PRESENCE else repr(value)
+            conflicts.append(f"{key}={given!r} (checkpoint: {found})")
     if args.get("hybrid") is not None and arch.hybrid is None:
         conflicts.append(f"hybrid={args['hybrid']!r} (checkpoint: a plain ViT without a ResNet stem)")
     classifier = args.get("classifier")
     if classifier is not None and classifier != arch.classifier:
         conflicts.append(f"classifier={classifier!r} (checkpoint: {arch.classifier!r})")
     args["classifier"] = arch.classifier
-    if (conflict := _qkv_bias_conflict(args.get("qkv_bias"), arch, checkpoint)) is not None:
-        conflicts.append(conflict)
-    if args.get("qkv_bias") is None:
-        args["qkv_bias"] = arch.qkv_bias
     if conflicts:
         raise ValueError(
             f"The checkpoint does not match the requested architecture: {'; '.join(conflicts)}. "

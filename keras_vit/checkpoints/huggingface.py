@@ -113,13 +113,14 @@ def read(path) -> Checkpoint:
             f"width {width}."
         )
     heads = variants.resolve_num_heads(config["num_heads"], width, config_path)
-    if not config["qkv_bias"]:  # ViTConfig(qkv_bias=False): query/key/value Linear layers without bias
-        tensors = torch_layout.fill_missing_biases(
-            tensors, [n for n in tensors if n.endswith(("attention.query.weight", "attention.key.weight",
-                                                        "attention.value.weight"))])
+    has_bias = f"{prefix}encoder.layer.0.attention.attention.query.bias" in tensors
+    if has_bias != config["qkv_bias"]:
+        raise ValueError(
+            f"{config_path!r} disagrees with the weights in {path!r}: config says qkv_bias={config['qkv_bias']}; the "
+            f"weights {'have' if has_bias else 'have no'} query/key/value biases.")
     plan = _embedding_plan(prefix)
     for i in range(layers):
-        plan += _block_plan(prefix, i, heads)
+        plan += _block_plan(prefix, i, heads, tensors)
     plan += _linear_plan("Transformer/encoder_norm", prefix + "layernorm", norm=True)
     for official, hf_name in (("pre_logits", prefix + "pooler.dense"), ("head", "classifier")):
         if f"{hf_name}.weight" in tensors:
@@ -151,18 +152,18 @@ def _embedding_plan(prefix: str) -> list:
     ]
 
 
-def _block_plan(prefix: str, i: int, heads: int) -> list:
+def _block_plan(prefix: str, i: int, heads: int, tensors: dict) -> list:
     h = f"{prefix}encoder.layer.{i}."
     o = BLOCK.format(i)
     a = o + ATTENTION
     plan = _linear_plan(o + "LayerNorm_0", h + "layernorm_before", norm=True)
     plan += _linear_plan(o + "LayerNorm_2", h + "layernorm_after", norm=True)
     for name in ("query", "key", "value"):
-        plan += [
-            (a + f"{name}/kernel", (h + f"attention.attention.{name}.weight",),
-             lambda w: torch_layout.heads_kernel(w, heads)),
-            (a + f"{name}/bias", (h + f"attention.attention.{name}.bias",), lambda b: torch_layout.heads_bias(b, heads)),
-        ]
+        plan.append((a + f"{name}/kernel", (h + f"attention.attention.{name}.weight",),
+                     lambda w: torch_layout.heads_kernel(w, heads)))
+        if h + f"attention.attention.{name}.bias" in tensors:  # ViTConfig(qkv_bias=False) stores none
+            plan.append((a + f"{name}/bias", (h + f"attention.attention.{name}.bias",),
+                         lambda b: torch_layout.heads_bias(b, heads)))
     plan += _linear_plan(a + "out", h + "attention.output.dense", kernel_fn=lambda w: torch_layout.out_kernel(w, heads))
     plan += _linear_plan(o + MLP + "Dense_0", h + "intermediate.dense")
     plan += _linear_plan(o + MLP + "Dense_1", h + "output.dense")

@@ -94,8 +94,6 @@ def read(path, num_heads: int | None = None) -> Checkpoint:
             )
     hidden_size = tensors["patch_embed.proj.weight"].shape[0]
     heads = variants.resolve_num_heads(num_heads, hidden_size, path)
-    # timm `qkv_bias=False` models store no qkv bias.
-    tensors = torch_layout.fill_missing_biases(tensors, [n for n in tensors if n.endswith(".attn.qkv.weight")])
     plan = _embedding_plan(tensors)
     if any(name.startswith(resnet_names.TIMM_BACKBONE) for name in tensors):
         plan += resnet_names.timm_resnet_plan(tensors, path)
@@ -165,7 +163,9 @@ def _block_plan(tensors: dict, i: int, heads: int) -> list:
         (o + MLP + "Dense_0/bias", (t + "mlp.fc1.bias",), identity),
     ]
     for index, name in enumerate(("query", "key", "value")):
-        plan += [(a + f"{name}/kernel", qkv, split_kernel(index)), (a + f"{name}/bias", qkv_bias, split_bias(index))]
+        plan.append((a + f"{name}/kernel", qkv, split_kernel(index)))
+        if qkv_bias[0] in tensors:  # timm's qkv_bias=False models store none: the checkpoint then has none
+            plan.append((a + f"{name}/bias", qkv_bias, split_bias(index)))
     # Layer scale y = gamma * (W x + b) == (gamma W) x + gamma b: folded into the projection it scales.
     for names, out_key, kernel_fn in (
         (("attn.proj", "ls1.gamma"), a + "out", lambda w: torch_layout.out_kernel(w, heads)),

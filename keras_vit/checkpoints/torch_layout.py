@@ -68,16 +68,6 @@ def count_blocks(names, prefix: str, path: str) -> int:
     return len(indices)
 
 
-def fill_missing_biases(tensors: dict, weight_names) -> dict:
-    """Zero biases for Linear layers stored without one (`bias=False`): the same computation."""
-    tensors = dict(tensors)
-    for name in weight_names:
-        bias = name[: -len("weight")] + "bias"
-        if name in tensors and bias not in tensors:
-            tensors[bias] = np.zeros(tensors[name].shape[0], tensors[name].dtype)
-    return tensors
-
-
 def translate(tensors: dict, plan: list, path: str, source: str) -> dict[str, np.ndarray]:
     """Applies a translation plan, after checking that it uses every tensor of the file exactly.
 
