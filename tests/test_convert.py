@@ -76,6 +76,7 @@ def test_module_entry_point(checkpoint, tmp_path):
     assert result.stderr == "", result.stderr  # a quiet start: no TensorFlow start-up lines
 
 
+@pytest.mark.e2e  # moved from the default tier (its time budget)
 def test_hybrid_rebuild_call_loads_the_written_file(tmp_path, images, capsys):
     """An official-layout R50-style hybrid .npz (tiny: 3 stages, width 32): the printed call names the hybrid
     stem and the stem-stride patch size, and the model it builds loads the written `.weights.h5` exactly."""

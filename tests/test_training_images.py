@@ -116,6 +116,7 @@ def test_the_check_before_training_agrees_with_tensorflow_on_corrupt_bodies(tmp_
     assert image_checks.check_images(folder, ("train",), skip=True, decode=False) < bad  # headers alone miss some
 
 
+@pytest.mark.e2e  # moved from the default tier (its time budget)
 def test_a_corrupt_png_or_jpeg_body_in_either_split_stops_the_run_before_training_naming_it(tmp_path):
     root = tmp_path / "images"
     folder = write_folder(root)
@@ -207,6 +208,7 @@ def test_an_image_deleted_mid_run_is_named_after_saving_the_state_or_skipped(tmp
     assert "after 5 steps" in out.strip().splitlines()[-1]
 
 
+@pytest.mark.e2e  # moved from the default tier (its time budget)
 def test_skip_bad_images_skips_an_image_that_fails_during_training(tmp_path):
     folder, bad = unshuffled_folder(tmp_path, "train")
     out = run(tmp_path / "run", dataset=folder, shuffle_buffer=1, steps=6, image_check="headers",
@@ -352,6 +354,7 @@ def test_a_fifo_named_like_an_image_is_left_out_with_a_warning_not_read(tmp_path
     assert "named pipe" in out and "after 2 steps" in out.strip().splitlines()[-1]
 
 
+@pytest.mark.e2e  # moved from the default tier (its time budget)
 def test_file_names_that_are_not_utf8_are_read_and_named_escaped(tmp_path):
     root = tmp_path / "images"
     folder = write_folder(root)
@@ -383,6 +386,7 @@ def test_a_class_folder_name_that_is_not_utf8_is_refused_naming_it(tmp_path):
     assert f"{root / 'train'}/gr\\xfcn has a name that is not UTF-8 text" in message and "Rename it" in message
 
 
+@pytest.mark.e2e  # moved from the default tier (its time budget)
 def test_webp_images_are_listed_and_trained_an_animated_one_is_refused(tmp_path):
     pixels = np.random.default_rng(2).integers(0, 255, (12, 10, 3), np.uint8)
     root = tmp_path / "images"
