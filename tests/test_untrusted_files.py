@@ -158,3 +158,33 @@ def test_a_run_being_trained_is_refused_naming_its_holder(tmp_path):
         with pytest.raises(ValueError, match=r"is being trained now \(pid 4242 on host-a.*holds its .lock\)"):
             keras_vit.ViT(weights=str(run))
     assert keras_vit.ViT(weights=str(run)).output_shape == (None, 3)  # released: the finished model loads
+
+
+def test_every_published_variant_is_within_the_bound_and_the_estimate_is_an_upper_bound():
+    from keras_vit import variants
+
+    for variant in variants.VARIANTS.values():
+        arguments = dict(variants.with_defaults(variant.architecture()), input_shape=(384, 384, 3), classes=21843)
+        assert untrusted.estimated_parameters(arguments) < untrusted.DEFAULT_MAX_PARAMETERS, variant.name
+    # R50+ViT-L/32 at 224 with 1000 classes has 328,994,856 weights (docs/MODEL.md's table)
+    r50_l32 = dict(variants.with_defaults(variants.VARIANTS["R50_L32"].architecture()), input_shape=(224, 224, 3))
+    assert 328_994_856 <= untrusted.estimated_parameters(r50_l32) < 2 * 328_994_856
+
+
+def test_a_foreign_model_config_is_checked_too(tmp_path):
+    import keras
+
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+    path = str(tmp_path / "foreign.keras")
+    model.save(path)
+    crafted = str(tmp_path / "crafted.keras")
+    with zipfile.ZipFile(path) as source, zipfile.ZipFile(crafted, "w") as target:
+        for name in source.namelist():
+            data = source.read(name)
+            if name == "config.json":
+                data = data.replace(b'"units": 3', b'"units": 1000000000000')
+                assert b"1000000000000" in data
+            target.writestr(name, data)
+    with pytest.raises(ValueError, match="declares a layer with units=1000000000000"):
+        applications.model_from_name(crafted)  # the CLIs' --model=FILE.keras
+    assert applications.model_from_name(path).output_shape == (None, 3)

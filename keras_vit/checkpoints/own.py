@@ -110,13 +110,14 @@ def open_model(weights):
     return model
 
 
-def load_keras_model(path: str, compile: bool = True):
+def load_keras_model(path: str, compile: bool = False):
     """A `.keras` file loaded in safe mode, with one clear error for what Keras cannot find or read.
 
     Args:
         path: the `.keras` file.
-        compile: restore its training configuration and optimizer state too; False loads the model alone (a
-            damaged optimizer part is then never read).
+        compile: restore its training configuration and optimizer state too (their tensors are not checked
+            before Keras reads them: trusted files only); False, the default, loads the model alone and never reads
+            the optimizer part.
 
     Raises:
         ValueError: a missing or corrupt file, or a class no imported module registered with Keras.

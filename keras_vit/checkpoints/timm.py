@@ -19,7 +19,7 @@ it comes from `num_heads` or from the standard width table (`keras_vit.variants`
 
 Also handled exactly: layer scale (`blocks.{i}.ls1.gamma`, `ls2.gamma`, folded into the projections they
 scale), `no_embed_class` position embeddings (a zero row is prepended for the class token, which adds the
-same thing), and `qkv_bias=False` (zero biases). Refused with a clear error, because keras_vit's data path
+same thing), and `qkv_bias=False` (no biases in the file, none in the checkpoint: a model without them). Refused with a clear error, because keras_vit's data path
 (paper section 3.1) cannot compute them: `fc_norm` (LayerNorm after average pooling), `norm_pre`, register
 tokens, attention-pool (MAP) heads, q/k normalisation, CNN stems other than the official hybrids' ResNet and
 any other unknown tensor. The hybrids of `vision_transformer_hybrid.py` (R+Ti/16, R26+S/32, R50+B/16,

@@ -188,6 +188,39 @@ def _image_shape(arguments: dict, label) -> tuple[int, int, int]:
     return height, width, channels
 
 
+def _stem_embedding(units: tuple, stem_width: int, patch: int, width: int) -> int:
+    """The patch embedding of a hybrid: patches of patch / stride features of the stem's last map, to `width`."""
+    stride = 4 * 2 ** max(len(units) - 1, 0)  # `keras_vit.variants.stem_stride`
+    side = max(patch // stride, 1)
+    return 4 * stem_width * 2 ** max(len(units) - 1, 0) * side * side * width
+
+
+SIZE_KEYS = ("units", "filters", "output_dim", "input_dim", "num_heads", "key_dim", "value_dim")
+"""The size fields of Keras' own layers, checked in any `.keras` config (a model that is not keras_vit's too)."""
+
+
+def _check_nested(value, label, depth: int = 0) -> None:
+    """Every keras_vit model nested in a config (a `build`-wrapped one, a layer of the user's model) and every
+    Keras layer size field, checked; the JSON's depth is bounded."""
+    if depth > 64:
+        raise _refuse(label, "nests its config more than 64 levels deep")
+    if isinstance(value, dict):
+        registered = str(value.get("registered_name", ""))
+        if registered.startswith("keras_vit>") and isinstance(value.get("config"), dict):
+            check_model_config(value, label)
+            return
+        for key, item in value.items():
+            if key in SIZE_KEYS and isinstance(item, int) and not isinstance(item, bool) \
+                    and not 0 <= item <= FIELD_LIMITS["mlp_dim"]:
+                raise _refuse(label, f"declares a layer with {key}={item}, beyond keras_vit's limit of "
+                                     f"{FIELD_LIMITS['mlp_dim']} for a Keras layer size; if you trust the file, load "
+                                     "it with keras.saving.load_model yourself")
+            _check_nested(item, label, depth + 1)
+    elif isinstance(value, list):
+        for item in value:
+            _check_nested(item, label, depth + 1)
+
+
 def estimated_parameters(arguments: dict, label="the file") -> int:
     """An upper bound of the weights a `keras_vit.ViT` of these (declared) arguments holds, from the arguments alone.
 
@@ -214,7 +247,7 @@ def estimated_parameters(arguments: dict, label="the file") -> int:
     if isinstance(hybrid, dict):
         units, stem_width = _stem(hybrid, label)
         stem = _resnet_parameters(units, stem_width, channels)
-        embedding += 4 * stem_width * 2 ** max(len(units) - 1, 0) * patch * patch * width
+        embedding += _stem_embedding(units, stem_width, patch, width)
     elif hybrid is not None:
         from keras_vit import variants
 
@@ -222,7 +255,7 @@ def estimated_parameters(arguments: dict, label="the file") -> int:
             raise _refuse(label, f"declares hybrid={str(hybrid)[:80]}, not a stem keras_vit knows")
         units, stem_width = variants.RESNET_STEMS[hybrid]["block_units"], variants.RESNET_STEMS[hybrid]["width"]
         stem = _resnet_parameters(units, stem_width, channels)
-        embedding += 4 * stem_width * 2 ** max(len(units) - 1, 0) * patch * patch * width
+        embedding += _stem_embedding(units, stem_width, patch, width)
     block = 4 * width * width + 2 * width * mlp + 10 * width + mlp + 1
     head = (width + 1) * representation + (max(width, representation) + 1) * classes
     return embedding + stem + tokens * width + layers * block + head
@@ -230,7 +263,8 @@ def estimated_parameters(arguments: dict, label="the file") -> int:
 
 def check_model_config(config: dict, label) -> None:
     """Refuses a serialized keras_vit model whose declared sizes would take more than `max_parameters()` (or a
-    field beyond `FIELD_LIMITS`), before Keras builds it. Other classes pass (they are not built from here).
+    field beyond `FIELD_LIMITS`), before Keras builds it; in another model, the keras_vit models it holds and every
+    Keras layer size field (`SIZE_KEYS`).
 
     Raises:
         ValueError: naming the file, the field and the value, or the estimate and the bound.
@@ -238,6 +272,7 @@ def check_model_config(config: dict, label) -> None:
     registered = str(config.get("registered_name", ""))
     arguments = config.get("config")
     if not registered.startswith("keras_vit>"):
+        _check_nested(config, label)  # another model: the keras_vit models inside it, and Keras layers' sizes
         return
     if not isinstance(arguments, dict):
         raise _refuse(label, "declares a keras_vit model without its arguments")
