@@ -59,6 +59,7 @@ def _specs(function):
     return inputs, outputs
 
 
+@pytest.mark.e2e  # moved from the default tier (its time budget: the two exports take ~7 s)
 def test_signatures_are_those_of_the_float32_export(exports):
     high, low = exports["float32"], exports["bfloat16"]
     assert set(low.signatures) == set(high.signatures) == {"serving_default", "predict_images"}
@@ -70,6 +71,7 @@ def test_signatures_are_those_of_the_float32_export(exports):
     assert _specs(low.signatures["predict_images"])[1] == {"logits": (tf.float32, (None, 5))}
 
 
+@pytest.mark.e2e  # moved from the default tier (its time budget: the two exports take ~7 s)
 def test_weights_and_matmuls_are_bfloat16(exports):
     dtypes = {v.name.split(":")[0]: v.dtype for v in exports["bfloat16"].model_variables}
     head = {name for name in dtypes if model_parts.HEAD in name}
@@ -88,6 +90,7 @@ def _logits(loaded, pixels, batch=50):  # the export refuses more than 64 images
                            for i in range(0, len(pixels), batch)])
 
 
+@pytest.mark.e2e  # moved from the default tier (its time budget: the two exports take ~7 s)
 def test_outputs_within_tolerance_and_top1_agrees_with_float32(exports):
     pixels = _varied_images()
     high, low = _logits(exports["float32"], pixels), _logits(exports["bfloat16"], pixels)
@@ -102,6 +105,7 @@ def test_outputs_within_tolerance_and_top1_agrees_with_float32(exports):
     assert decided.mean() >= 0.8 and agree[decided].mean() >= 0.99
 
 
+@pytest.mark.e2e  # moved from the default tier (its time budget: the two exports take ~7 s)
 def test_serving_default_scores_and_classes_match_float32(exports):
     encoded = tf.constant([encode(random_image((SIZE + 8 * i, SIZE, 3), 40 + i), "PNG") for i in range(8)])
     high = exports["float32"].signatures["serving_default"](images=encoded)
@@ -114,6 +118,7 @@ def test_serving_default_scores_and_classes_match_float32(exports):
     assert low["labels"].dtype == tf.string
 
 
+@pytest.mark.e2e  # moved from the default tier (its time budget: the two exports take ~7 s)
 @pytest.mark.parametrize("precision", ["float32", "bfloat16"])
 def test_both_precisions_enforce_the_request_limits(exports, precision):
     """The limits guard the decoding and the float input before the model: the same in bf16."""
