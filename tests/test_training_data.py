@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from training import augment, data, sources
+from training import augment, data, sources, tfds_source
 
 COLOURS = {"blue": (0, 0, 255), "green": (0, 255, 0), "red": (255, 0, 0)}
 
@@ -207,7 +207,7 @@ def test_download_offline_fails_at_once_naming_the_host_and_how_to_prepare_it_el
     monkeypatch.setattr(tfds.core.DatasetBuilder, "download_and_prepare", lambda self, *a, **k: attempts.append(1))
     for variable in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
         monkeypatch.delenv(variable, raising=False)
-    monkeypatch.setattr(sources, "_connect_error",
+    monkeypatch.setattr(tfds_source, "_connect_error",
                         lambda host, port, timeout: checked.append((host, port)) or "Network is unreachable")
     with pytest.raises(sources.DatasetNotFoundError) as info:
         data.make_dataset("cifar10", "train", data_dir=str(tmp_path), download=True)
@@ -231,7 +231,7 @@ def test_download_goes_on_to_tensorflow_datasets_when_the_host_answers(tmp_path,
         raise ConnectionResetError(104, "Connection reset by peer")
 
     monkeypatch.setattr(tfds.core.DatasetBuilder, "download_and_prepare", fail)
-    monkeypatch.setattr(sources, "_connect_error", lambda host, port, timeout: None)
+    monkeypatch.setattr(tfds_source, "_connect_error", lambda host, port, timeout: None)
     with pytest.raises(sources.DatasetNotFoundError, match=r"network error: \[Errno 104\] Connection reset by peer"):
         data.make_dataset("cifar10", "train", data_dir=str(tmp_path), download=True)
 
@@ -242,9 +242,9 @@ def test_connect_error_says_why_a_port_does_not_answer():
     with socket.socket() as unused:  # a local port nothing listens on: refused at once, no network needed
         unused.bind(("127.0.0.1", 0))
         port = unused.getsockname()[1]
-        assert sources._connect_error("127.0.0.1", port, timeout=5) == "Connection refused"
+        assert tfds_source._connect_error("127.0.0.1", port, timeout=5) == "Connection refused"
         unused.listen()
-        assert sources._connect_error("127.0.0.1", port, timeout=5) is None
+        assert tfds_source._connect_error("127.0.0.1", port, timeout=5) is None
 
 
 def test_validation_split_holds_out_a_seeded_part_of_each_class_of_a_train_only_or_flat_folder(tmp_path):

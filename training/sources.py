@@ -12,7 +12,8 @@ Names:
       system's bytes, so a file name that is not UTF-8 is read as it is (messages show it escaped,
       `shown_path`); a class folder name that is not UTF-8 is refused (it would be a label). The files the
       pipeline could not use are found by `training.image_checks` and left out with `skip_files`.
-    * any other name: a prepared tensorflow-datasets dataset (never downloaded unless `download=True`).
+    * any other name: a prepared tensorflow-datasets dataset (never downloaded unless `download=True`;
+      `training.tfds_source`).
 
 Example:
     >>> source = dataset_source("digits", "test")
@@ -30,36 +31,14 @@ import stat
 import numpy as np
 import tensorflow as tf
 
+from training.dataset_types import (  # noqa: F401  (public here too: the errors the app maps to exit statuses)
+    DatasetNotFoundError, ImageFailedMidRunError, InvalidDatasetError, Source, identity_decode,
+)
+from training.tfds_source import tfds_builder, tfds_source
+
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")
 EVAL_SPLIT_NAMES = ("test", "val", "validation")
 _DIGITS_SPLIT_SEED = 0
-
-
-class DatasetNotFoundError(ValueError):
-    """The dataset is not available locally; the message says how to prepare it."""
-
-
-class InvalidDatasetError(ValueError):
-    """The dataset's files cannot be used as they are; the message names them and says how to fix them."""
-
-
-class ImageFailedMidRunError(InvalidDatasetError):
-    """An image file failed in the input pipeline of a run under way (deleted, changed or unreadable since the
-    check before training, or checked by its header only): the message names it and the state saved before it.
-    `python -m training.train` exits with `exit_status` (5) for it."""
-
-    exit_status = 5
-
-
-@dataclasses.dataclass(frozen=True)
-class Source:
-    """An undecoded split: `(encoded_or_array, label)` elements, a decode function, and counts."""
-
-    elements: tf.data.Dataset
-    decode: object
-    num_examples: int
-    num_classes: int
-    class_names: tuple[str, ...]
 
 
 def dataset_source(name: str, split: str, data_dir: str | None = None, download: bool = False,
@@ -78,7 +57,7 @@ def dataset_source(name: str, split: str, data_dir: str | None = None, download:
         return _digits_source(split)
     if name.startswith("folder:"):
         return _folder_source(name[len("folder:"):], split, frozenset(skip_files))
-    return _tfds_source(name, split, data_dir, download)
+    return tfds_source(name, split, data_dir, download)
 
 
 def shown_path(path) -> str:
@@ -138,15 +117,11 @@ def default_splits(name: str, data_dir: str | None = None, validation_split: flo
             f"(or name the evaluation folder test, val or validation), or pass --validation_split=0.2 to hold out a "
             f"fifth of each class of train/. Received: dataset={name!r}"
         )
-    splits = _tfds_builder(name, data_dir).info.splits
+    splits = tfds_builder(name, data_dir).info.splits
     for split in EVAL_SPLIT_NAMES:
         if split in splits:
             return "train", split
     return "train", "train"
-
-
-def _identity_decode(image):
-    return image
 
 
 def _digits_source(split: str) -> Source:
@@ -166,7 +141,7 @@ def _digits_source(split: str) -> Source:
         raise ValueError(f"The digits have splits 'train' and 'test'. Received: split={split!r}")
     index = np.sort(indices[split])
     elements = tf.data.Dataset.from_tensor_slices((images[index], digits.target[index].astype(np.int32)))
-    return Source(elements, _identity_decode, len(index), 10, tuple(str(i) for i in range(10)))
+    return Source(elements, identity_decode, len(index), 10, tuple(str(i) for i in range(10)))
 
 
 def decode_file(path):
@@ -388,127 +363,3 @@ def _folder_source(root: str, split: str, skip_files: frozenset = frozenset()) -
     encoded = np.array([os.fsencode(path) for path in paths], dtype=object)
     elements = tf.data.Dataset.from_tensor_slices((encoded, np.asarray(labels, np.int32)))
     return Source(elements, decode_file, len(paths), len(class_names), class_names)
-
-
-def _tfds():
-    """`tensorflow_datasets`, or a DatasetNotFoundError saying how to install it (it is the `train` extra)."""
-    try:
-        import tensorflow_datasets as tfds
-    except ModuleNotFoundError as error:
-        if error.name != "tensorflow_datasets":
-            raise
-        raise DatasetNotFoundError(
-            "tensorflow-datasets datasets need the package tensorflow-datasets, which is not installed: "
-            "`pip install -e \".[train]\"` in the repository (or `pip install tensorflow-datasets "
-            "importlib_resources`). 'digits' and 'folder:PATH' need no tensorflow-datasets."
-        ) from None
-    return tfds
-
-
-def _tfds_builder(name: str, data_dir: str | None):
-    tfds = _tfds()
-    try:
-        return tfds.builder(name, data_dir=data_dir)
-    except Exception as error:  # tfds raises several types for unknown names
-        raise DatasetNotFoundError(
-            f"Unknown tensorflow-datasets name. Received: dataset={name!r}. Use a name from "
-            "https://www.tensorflow.org/datasets/catalog, 'folder:PATH' or 'digits'."
-        ) from error
-
-
-CONNECT_TIMEOUT_S = 10.0
-"""How long `_check_reachable` waits for a dataset's download host (name lookup and TCP connection) before
-`--download` gives up: tensorflow-datasets itself retries a refused connection 10 times, about 210 s."""
-
-
-def _download_failed(name: str, reason: str) -> DatasetNotFoundError:
-    return DatasetNotFoundError(
-        f"Could not download dataset {name!r} with tensorflow-datasets (network error: {reason}). Check the "
-        f"network (and a proxy, if any), or prepare it on a machine with internet access: `python -m "
-        f"training.train --dataset={name} --download --data_dir=DIR` there, then copy DIR here and pass "
-        f"--data_dir=DIR without --download."
-    )
-
-
-def _connect_error(host: str, port: int, timeout: float) -> str | None:
-    """Why a TCP connection to `host:port` fails within `timeout` seconds (the name lookup included), or None."""
-    import socket
-    import threading
-
-    outcome = []
-
-    def connect():
-        try:
-            socket.create_connection((host, port), timeout=timeout).close()
-            outcome.append(None)
-        except OSError as error:
-            outcome.append(error.strerror or str(error) or type(error).__name__)
-
-    thread = threading.Thread(target=connect, daemon=True)  # getaddrinfo has no timeout of its own
-    thread.start()
-    thread.join(timeout)
-    return outcome[0] if outcome else f"no answer within {timeout:g} s"
-
-
-def _check_reachable(name: str, builder, timeout: float = CONNECT_TIMEOUT_S) -> None:
-    """Raises DatasetNotFoundError at once when the host of the dataset's first download (or the proxy for it)
-    cannot be reached: offline, tensorflow-datasets would retry for minutes. Datasets without a list of their
-    files (no checksums) and other schemes than http(s) are not checked."""
-    import urllib.parse
-    import urllib.request
-
-    urls = [url for url in (builder.url_infos or {}) if url.startswith(("http://", "https://"))]
-    if not urls:
-        return
-    url = urllib.parse.urlsplit(sorted(urls)[0])
-    proxy = urllib.request.getproxies().get(url.scheme)
-    if proxy and not urllib.request.proxy_bypass(url.hostname or ""):
-        target = urllib.parse.urlsplit(proxy if "://" in proxy else f"http://{proxy}")
-        host, port, what = target.hostname, target.port or 80, f"the proxy {target.hostname}"
-    else:
-        host, port, what = url.hostname, url.port or (443 if url.scheme == "https" else 80), url.hostname
-    reason = _connect_error(host, port, timeout)
-    if reason is not None:
-        raise _download_failed(name, f"{what} cannot be reached: {reason}") from ConnectionError(reason)
-
-
-def _tfds_source(name: str, split: str, data_dir: str | None, download: bool) -> Source:
-    tfds = _tfds()
-    builder = _tfds_builder(name, data_dir)
-    if download and not builder.is_prepared():
-        _check_reachable(name, builder)
-        try:
-            builder.download_and_prepare()
-        except OSError as error:  # no network, DNS, HTTP (requests' errors are OSErrors); not missing modules
-            raise _download_failed(name, str(error)) from error
-    try:
-        elements = builder.as_dataset(
-            split=split,
-            as_supervised=True,
-            shuffle_files=False,
-            decoders={"image": tfds.decode.SkipDecoding()},
-        )
-    except (AssertionError, FileNotFoundError, tf.errors.NotFoundError) as error:  # tfds: "not prepared"
-        raise DatasetNotFoundError(
-            f"Dataset {name!r} is not prepared in data_dir={str(builder.data_dir_root)!r}. Prepare it once on a "
-            f"machine with internet access: `python -c \"import tensorflow_datasets as tfds; "
-            f"tfds.builder('{name}', data_dir='DIR').download_and_prepare()\"` (or `tfds build {name} "
-            f"--data_dir=DIR`), then pass --data_dir=DIR; or add --download to let this run fetch it. "
-            f"Some datasets (e.g. imagenet2012) need manual downloads first; see their catalog page."
-        ) from error
-    image_feature = builder.info.features[builder.info.supervised_keys[0]]
-    decode = image_feature.decode_example if isinstance(elements.element_spec[0], tf.TensorSpec) and \
-        elements.element_spec[0].dtype == tf.string else _identity_decode
-
-    def decode_rgb(image):
-        image = decode(image)
-        if image.shape.rank == 3 and image.shape[-1] == 1:
-            image = tf.image.grayscale_to_rgb(image)
-        image.set_shape((None, None, 3))
-        return image
-
-    cardinality = int(elements.cardinality())
-    num_examples = cardinality if cardinality >= 0 else int(builder.info.splits[split].num_examples)
-    label_feature = builder.info.features[builder.info.supervised_keys[1]]
-    elements = elements.map(lambda image, label: (image, tf.cast(label, tf.int32)))
-    return Source(elements, decode_rgb, num_examples, label_feature.num_classes, tuple(label_feature.names))

@@ -102,7 +102,7 @@ def open_model(weights):
     if config is None or str(config.get("registered_name", "")).split(">")[0] != "keras_vit":
         return None
     if path.lower().endswith(".keras"):
-        return load_keras_model(path, compile=False)
+        return _load_keras(path, config)
     config = {key: value for key, value in config.items() if key != "compile_config"}  # the model, no optimizer
     with _registered_classes(path):
         model = keras.saving.deserialize_keras_object(config)
@@ -110,30 +110,29 @@ def open_model(weights):
     return model
 
 
-def load_keras_model(path: str, compile: bool = False):
-    """A `.keras` file loaded in safe mode, with one clear error for what Keras cannot find or read.
-
-    Args:
-        path: the `.keras` file.
-        compile: restore its training configuration and optimizer state too (their tensors are not checked
-            before Keras reads them: trusted files only); False, the default, loads the model alone and never reads
-            the optimizer part.
+def load_keras_model(path: str):
+    """A `.keras` file loaded in safe mode, without its optimizer (never read), its declarations checked first
+    (`keras_vit.checkpoints.untrusted`), with one clear error for what Keras cannot find or read.
 
     Raises:
         ValueError: a missing or corrupt file, or a class no imported module registered with Keras.
     """
-    import keras
-
     if not os.path.exists(path):
         raise ValueError(f"The model file does not exist. Received: {path!r}")
-    config = _carried_config(path)
+    return _load_keras(path, _carried_config(path))
+
+
+def _load_keras(path: str, config: dict | None):
+    """`load_keras_model` of a file whose config (`_carried_config`, already checked) has been read."""
+    import keras
+
     bound = None
     if config is not None and str(config.get("registered_name", "")) == "keras_vit>VisionTransformer":
         bound = untrusted.estimated_parameters(config["config"], path)
     with _h5_file(path) as file:
         untrusted.check_datasets(file, path, max_elements=bound)
     with _registered_classes(path):
-        return keras.saving.load_model(path, safe_mode=True, compile=compile)
+        return keras.saving.load_model(path, safe_mode=True, compile=False)
 
 
 @contextlib.contextmanager
