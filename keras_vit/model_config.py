@@ -16,6 +16,8 @@ import json
 
 import keras
 
+from keras_vit import quantization
+
 MODEL_ATTRIBUTE = "keras_vit_model"
 """The `.weights.h5` attribute holding the model's serialized config (JSON, as a `.keras` file's config.json)."""
 
@@ -81,11 +83,31 @@ class ConfigModel(keras.Model):
         return dict(self._arguments)
 
     def get_config(self):
-        return {"name": self.name, "trainable": self.trainable, "dtype": self._policy_name, **self.arguments}
+        policies = quantization.policy_map(self)  # a quantized model records its layers' policies, as keras-hub
+        dtype = self._policy_name if policies is None else keras.saving.serialize_keras_object(policies)
+        return {"name": self.name, "trainable": self.trainable, "dtype": dtype, **self.arguments}
 
     @classmethod
     def from_config(cls, config):
-        return cls(**config)
+        dtype, policies = quantization.read_policy(config.get("dtype"))
+        model = cls(**{**config, "dtype": dtype})
+        if policies is not None:
+            quantization.apply_policy_map(model, policies)
+        return model
+
+    def quantize(self, mode=None, config=None, filters=None, **kwargs):
+        """`keras.Model.quantize` on the layers that have a quantized form (Dense and EinsumDense: the patch
+        embedding, attention, MLP and head), once; the model's config then records each layer's policy, so
+        `.keras` files and `from_config` keep the quantized model.
+
+        Raises:
+            ValueError: a model already quantized, or a mode keras_vit cannot rebuild from its config.
+        """
+        quantization.check_not_quantized(self)
+        if config is None:
+            quantization.check_mode(mode)
+        super().quantize(mode, config=config, filters=quantization.quantizable if filters is None else filters,
+                         **kwargs)
 
     def save_weights(self, filepath, overwrite=True, **kwargs):
         """`keras.Model.save_weights`, then the model's config written into the `.weights.h5` file."""

@@ -153,4 +153,4 @@ def test_cli_precision_flag(tmp_path, capsys):
     loaded = tf.saved_model.load(os.path.join(base, "1"))
     assert tf.bfloat16 in {v.dtype for v in loaded.model_variables}
     assert main(["--model", keras_file, "--out", base, "--precision", "bfloat16", "--format", "tflite"]) == 2
-    assert "--precision=bfloat16 is for SavedModels" in capsys.readouterr().err
+    assert "--format=tflite writes --precision=float32|int8. Received: --precision=bfloat16" in capsys.readouterr().err

@@ -137,9 +137,11 @@ def test_architecture_flags_are_refused_with_a_keras_model(keras_file, tmp_path,
     assert not os.path.exists(tmp_path / "m")
 
 
-def test_tflite_format_writes_float_and_int8_once(keras_file, tmp_path, capsys):
+def test_tflite_format_writes_the_precision_asked_once(keras_file, tmp_path, capsys):
     base = str(tmp_path / "tiny")
     assert main(["--model", keras_file, "--out", base, "--format", "tflite"]) == 0
+    assert sorted(os.listdir(os.path.join(base, "tflite"))) == ["model.tflite"]
+    assert main(["--model", keras_file, "--out", base, "--format", "tflite", "--precision", "int8"]) == 0
     assert sorted(os.listdir(os.path.join(base, "tflite"))) == ["model.tflite", "model_int8.tflite"]
     assert main(["--model", keras_file, "--out", base, "--format", "tflite"]) == 1
     assert "already exists" in capsys.readouterr().err

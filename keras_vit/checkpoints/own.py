@@ -101,6 +101,11 @@ def open_model(weights):
     config = _carried_config(path)
     if config is None or str(config.get("registered_name", "")).split(">")[0] != "keras_vit":
         return None
+    if isinstance(config.get("config", {}).get("dtype"), dict):
+        raise ValueError(
+            f"The file holds a quantized keras_vit model (its config carries per-layer quantized dtype policies). "
+            f"Received: weights={weights!r}. Weights are read into a float model: pass the float file it was "
+            f"quantized from, or load the quantized model itself with keras.saving.load_model({path!r}).")
     if path.lower().endswith(".keras"):
         return _load_keras(path, config)
     config = {key: value for key, value in config.items() if key != "compile_config"}  # the model, no optimizer

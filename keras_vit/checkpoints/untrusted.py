@@ -313,6 +313,13 @@ def is_float_dtype(dtype) -> bool:
     return dtype.kind == "f" or (dtype.kind == "V" and dtype.itemsize == 2)  # bfloat16 is stored as 2-byte opaque
 
 
+def is_weight_dtype(dtype) -> bool:
+    """Whether `dtype` holds a Keras weight: floats, or the one-byte values of a quantized kernel (int8, int4
+    packed in int8, float8 stored as a one-byte opaque type)."""
+    dtype = np.dtype(dtype)
+    return is_float_dtype(dtype) or (dtype.kind in "iuV" and dtype.itemsize == 1)
+
+
 def check_datasets(file, label, expected: list[tuple] | None = None, max_elements: int | None = None) -> None:
     """Refuses datasets that are not float, that declare data they do not hold, or whose shapes are not the
     model's (`expected`, the shapes of its weights) or add up to more than `max_elements`.
@@ -330,8 +337,9 @@ def check_datasets(file, label, expected: list[tuple] | None = None, max_element
     total = 0
     for name, dataset in datasets.items():
         shape = tuple(int(d) for d in dataset.shape)
-        if not is_float_dtype(dataset.dtype):
-            raise _refuse(label, f"holds {name} as {dataset.dtype} (shape {shape}): model weights are floats")
+        if not is_weight_dtype(dataset.dtype):
+            raise _refuse(label, f"holds {name} as {dataset.dtype} (shape {shape}): model weights are floats "
+                                 f"(or one-byte quantized kernels)")
         size = math.prod(shape)
         if size and dataset.id.get_storage_size() == 0:
             raise _refuse(label, f"declares {name} with shape {shape} but holds no data for it")

@@ -1,4 +1,4 @@
-"""Export for serving: a SavedModel that TF Serving loads as is, plus TFLite and ONNX files.
+"""Export for serving: a SavedModel that TF Serving loads as is, plus TFLite, ONNX and OpenVINO files.
 
 TensorFlow-specific and imported lazily (`import keras_vit` does not import it).
 
@@ -156,4 +156,15 @@ def export_onnx(model, path, preprocessing="auto", opset=None, overwrite=False) 
     return onnx.export(model, path, preprocessing=preprocessing, opset=opset, overwrite=overwrite)
 
 
-__all__ = ["export_saved_model", "export_tflite", "export_onnx", "Limits"]
+def export_openvino(model, export_base, version=None, precision="float32", calibration_images=None,
+                    max_batch_size=DEFAULT_MAX_BATCH_SIZE, preprocessing="auto", overwrite=False) -> str:
+    """Writes an OpenVINO IR of the float signature at `export_base/<version>/`; see `keras_vit.export.openvino`."""
+    from keras_vit.export import openvino
+
+    _check_tensorflow_backend()
+    return openvino.export(model, export_base, version=version, precision=precision,
+                           calibration_images=calibration_images, max_batch_size=max_batch_size,
+                           preprocessing=preprocessing, overwrite=overwrite)
+
+
+__all__ = ["export_saved_model", "export_tflite", "export_onnx", "export_openvino", "Limits"]

@@ -1,20 +1,26 @@
-"""`python -m keras_vit.export`: export a ViT for TF Serving (SavedModel), TFLite or ONNX.
+"""`python -m keras_vit.export`: export a ViT for TF Serving (SavedModel), TFLite, ONNX or OpenVINO.
 
     python -m keras_vit.export --model=vit_b16 --weights=none --out=models/vit_b16
     python -m keras_vit.export --model=runs/x/model.keras --out=models/x --version=2
     python -m keras_vit.export --model=vit_b16 --weights=none --out=models/vit_b16 --format=tflite
     python -m keras_vit.export --model=vit_b16 --weights=none --out=models/vit_b16_bf16 --precision=bfloat16
+    python -m keras_vit.export --model=runs/x/model.keras --out=models/x_ov --format=openvino --precision=int8 \
+        --calibration_images=calibration/
 
-`--precision=bfloat16` writes a SavedModel whose weights and matmuls are bf16 (same signatures: bytes or
-float32 pixels in, float32 scores out): for CPUs with AMX or AVX512-BF16 and GPUs.
+`--precision` by format (`PRECISIONS`; any other pair is a usage error): a SavedModel computes in float32 or
+bfloat16 (bf16 weights and matmuls, same signatures: for CPUs with AMX or AVX512-BF16 and GPUs; TensorFlow's
+int8 matmul on a CPU is slower than its float32 one, so int8 is not offered there); TFLite in float32 or
+int8 (dynamic-range: int8 weights); ONNX in float32; OpenVINO in float32, bfloat16 (the IR's precision hint)
+or int8 (static, calibrated on `--calibration_images`, 8 to 300 images of the model's size).
 
 `--model` is a variant name (`vit_b16`, ...) or a trained `.keras` file; with a variant name `--weights` is
 required: `none` (random initialisation, never served by accident), a published name, a checkpoint file, or a
 trained `.keras` file (which is then the model). `--image_size`, `--classes` and `--pooling` shape a variant;
 with a `.keras` model they are refused (the file fixes its architecture). SavedModels go to
-`<out>/<version>/`; `--format=tflite` writes `<out>/tflite/model.tflite` and `model_int8.tflite`
-(dynamic-range int8); `--format=onnx` writes `<out>/onnx/model.onnx`. Nothing existing is overwritten
-without `--overwrite`.
+`<out>/<version>/`; `--format=tflite` writes `<out>/tflite/model.tflite` (`model_int8.tflite` with
+`--precision=int8`); `--format=onnx` writes `<out>/onnx/model.onnx`; `--format=openvino` writes
+`<out>/<version>/model.xml` and `model.bin` (an OpenVINO Model Server base path). Nothing existing is
+overwritten without `--overwrite`.
 
 Labels (`assets/labels.txt`, the `labels` output): `--labels FILE` (one label a line), else the labels file
 beside a `.keras` model, `<model path without .keras>.labels.txt` (`model.labels.txt` beside `model.keras`,
@@ -35,7 +41,14 @@ from keras_vit import cli
 from keras_vit.cli import model as cli_model
 from keras_vit.export import limits as limits_module
 
-FORMATS = ("saved_model", "tflite", "onnx")
+PRECISIONS = {
+    "saved_model": ("float32", "bfloat16"),
+    "tflite": ("float32", "int8"),
+    "onnx": ("float32",),
+    "openvino": ("float32", "bfloat16", "int8"),
+}
+"""The precisions each `--format` writes."""
+FORMATS = tuple(PRECISIONS)
 
 FLAGS = flags.FlagValues()
 cli_model.define_model(FLAGS, required=True)
@@ -82,10 +95,12 @@ flags.DEFINE_float("max_png_idat_ratio", limits_module.DEFAULT_MAX_PNG_IDAT_RATI
 flags.DEFINE_enum("preprocessing", "auto", ["auto", "vit", "none"], "auto: scale 0..255 to [-1, 1] unless the "
                   "model has its own `preprocessing` layer; vit: always; none: never.", flag_values=FLAGS)
 flags.DEFINE_bool("jit_compile", False, "XLA-compile the forward pass (SavedModel).", flag_values=FLAGS)
-flags.DEFINE_enum("precision", "float32", ["float32", "bfloat16"], "What the SavedModel computes in: bfloat16 "
-                  "stores the weights and runs the matmuls in bf16 (the head stays float32; inputs and outputs are "
-                  "unchanged). Faster on CPUs with AMX or AVX512-BF16 and on GPUs; slower on other CPUs.",
-                  flag_values=FLAGS)
+flags.DEFINE_enum("precision", "float32", ["float32", "bfloat16", "int8"], "What the export computes in "
+                  "(inputs and outputs unchanged): bfloat16 for saved_model and openvino (faster on CPUs with AMX or "
+                  "AVX512-BF16 and on GPUs, slower on other CPUs); int8 for tflite (int8 weights) and openvino "
+                  "(static, with --calibration_images).", flag_values=FLAGS)
+flags.DEFINE_string("calibration_images", None, "Folder of 8 to 300 images of the model's size for "
+                    "--format=openvino --precision=int8, like the ones it will serve.", flag_values=FLAGS)
 cli.define_verbose(FLAGS)
 cli.name_arguments(FLAGS, export_base="out")  # keras_vit.export's errors in the flags' words
 
@@ -99,8 +114,16 @@ cli.add_check(FLAGS, _check_labels)
 
 
 def _check_precision(fv, argv):
-    if fv.precision != "float32" and fv.format != "saved_model":
-        raise cli.UsageError(f"--precision={fv.precision} is for SavedModels. Received: --format={fv.format}")
+    if fv.precision not in PRECISIONS[fv.format]:
+        raise cli.UsageError(f"--format={fv.format} writes --precision={'|'.join(PRECISIONS[fv.format])}. Received: "
+                             f"--precision={fv.precision}")
+    if (fv.calibration_images is not None) != (fv.format == "openvino" and fv.precision == "int8"):
+        raise cli.UsageError("--calibration_images is for --format=openvino --precision=int8, which needs it. "
+                             f"Received: --format={fv.format} --precision={fv.precision} "
+                             f"--calibration_images={fv.calibration_images}")
+    if fv.calibration_images is not None and not os.path.isdir(fv.calibration_images):
+        raise cli.UsageError(f"--calibration_images must be a folder of images. Received: "
+                             f"--calibration_images={fv.calibration_images!r}")
 
 
 cli.add_check(FLAGS, _check_precision)
@@ -144,12 +167,16 @@ def run(argv):
     from keras_vit.export import versions
 
     out = FLAGS.out
-    if FLAGS.format == "saved_model":
+    if FLAGS.format in ("saved_model", "openvino"):
+        if FLAGS.format == "openvino":
+            from keras_vit.export import openvino
+
+            openvino.require_openvino()  # a missing package stops before the model is built
         versions.resolve(out, FLAGS.version, FLAGS.overwrite)  # refuse before building
         targets = []
     elif FLAGS.format == "tflite":
-        names = {None: "model.tflite", "dynamic_int8": "model_int8.tflite"}
-        targets = [(quantize, os.path.join(out, "tflite", name)) for quantize, name in names.items()]
+        name = "model_int8.tflite" if FLAGS.precision == "int8" else "model.tflite"
+        targets = [("dynamic_int8" if FLAGS.precision == "int8" else None, os.path.join(out, "tflite", name))]
     else:
         from keras_vit.export import onnx
 
@@ -171,6 +198,12 @@ def run(argv):
             preprocessing=FLAGS.preprocessing, jit_compile=FLAGS.jit_compile, precision=FLAGS.precision,
             **limits_from_flags(),
         )]
+    elif FLAGS.format == "openvino":
+        cli.progress(f"exporting an OpenVINO IR ({FLAGS.precision}) to {out} ...")
+        written = [export.export_openvino(
+            model, out, version=FLAGS.version, precision=FLAGS.precision, overwrite=FLAGS.overwrite,
+            calibration_images=FLAGS.calibration_images, max_batch_size=FLAGS.max_batch_size,
+            preprocessing=FLAGS.preprocessing)]
     else:
         written = []
         for quantize, path in targets:

@@ -51,6 +51,13 @@ def serving_model(model, precision="float32"):
     check_precision(precision)
     if precision == "float32":
         return model
+    from keras_vit import quantization
+
+    quantized = quantization.quantized_layers(model)
+    if quantized:
+        raise ValueError(f"A quantized model exports at precision='float32' (its {len(quantized)} "
+                         f"{quantized[0].quantization_mode} layers compute as quantized); a {precision} export "
+                         f"starts from the float model. Received: precision={precision!r}")
     def clone(layer):
         policy = "float32" if layer.name in FLOAT32_LAYERS else precision
         return layer.__class__.from_config({**layer.get_config(), "dtype": policy})
