@@ -4,7 +4,6 @@ import contextlib
 import io
 import json
 import sys
-import types
 
 import pytest
 from absl import flags
@@ -84,7 +83,7 @@ def test_keras_cv_missing_is_one_usage_error_naming_the_extra(tmp_path, monkeypa
 def test_another_augment_library_is_refused_on_resume(tmp_path):
     cfg = config.make_config("demo", steps=4, workdir=str(tmp_path))
     (tmp_path / "config.json").write_text(cfg.to_json())
-    assert workdir.WorkdirMixin._check_config(types.SimpleNamespace(cfg=cfg), resume_with_changes=False) == {}
+    assert workdir.RunWorkdir(cfg).check_config(resume_with_changes=False) == {}
     other = config.make_config("demo", steps=4, workdir=str(tmp_path), augment_library="keras_cv")
     with pytest.raises(workdir.WorkdirError, match="augment_library"):
-        workdir.WorkdirMixin._check_config(types.SimpleNamespace(cfg=other), resume_with_changes=False)
+        workdir.RunWorkdir(other).check_config(resume_with_changes=False)

@@ -122,7 +122,7 @@ def test_a_bit_recipe_conflict_names_the_recipe():
 
 
 def test_the_training_app_builds_bit_models_from_scratch():
-    from training.experiments_models import MODELS
+    from training.experiments.models import MODELS
     from training.model import TINY_BIT, model_from_config
 
     assert MODELS["bit"].arguments == TINY_BIT  # --model=bit_tiny is the experiments' BiT

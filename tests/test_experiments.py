@@ -14,8 +14,12 @@ import pytest
 import keras_vit
 from keras_vit.flops import forward_flops
 from keras_vit.layers.resnet import StdConv2D
-from training import (experiments, experiments_data, experiments_figure7, experiments_models, experiments_report,
-                      experiments_trainer)
+from training.experiments import app as experiments
+from training.experiments import data as experiments_data
+from training.experiments import figure7 as experiments_figure7
+from training.experiments import models as experiments_models
+from training.experiments import report as experiments_report
+from training.experiments import trainer as experiments_trainer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "benchmarks"))

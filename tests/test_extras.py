@@ -88,9 +88,9 @@ def test_inspect_images_need_pillow(monkeypatch, tmp_path):
 
 def test_experiment_figures_need_matplotlib_before_any_run(monkeypatch):
     _block(monkeypatch, "matplotlib", "matplotlib.pyplot")
-    _forget(monkeypatch, "training.experiments_report")
+    _forget(monkeypatch, "training.experiments.report")
     with pytest.raises(extras.MissingExtra) as info:
-        importlib.import_module("training.experiments_report")  # run_studies imports it before training
+        importlib.import_module("training.experiments.report")  # run_studies imports it before training
     _check_message(str(info.value), "drawing the figures of training.experiments", "matplotlib", "inspect")
 
 

@@ -320,7 +320,7 @@ def test_a_bad_numeric_flag_of_the_app_is_one_usage_error_naming_it(name, value,
 
 @pytest.mark.parametrize("name, value", _BAD_EXPERIMENT_FLAGS)
 def test_a_bad_numeric_flag_of_the_experiments_is_one_usage_error_naming_it(name, value, capsys):
-    from training import experiments
+    from training.experiments import app as experiments
 
     code, err = _usage_error(experiments.FLAGS, [f"--{name}={value}"], capsys)
     assert code == 2 and err.count("\n") == 1 and f"--{name}={value}" in err, err
@@ -339,7 +339,8 @@ def test_every_numeric_flag_has_a_row_and_a_range():
     """A numeric flag added later without a range (or without a row in the table above) fails here."""
     from absl import flags
 
-    from training import experiments, train  # noqa: F401
+    from training import train  # noqa: F401
+    from training.experiments import app as experiments
 
     numeric = {name for name, flag in flags.FLAGS._flags().items()
                if flag.flag_type() in ("int", "float") and flag.__module__ != "absl.flags._flag"

@@ -406,7 +406,8 @@ def test_webp_images_are_listed_and_trained_an_animated_one_is_refused(tmp_path)
 
 
 def test_experiments_check_the_images_before_training(tmp_path, capsys):
-    from training import experiments, experiments_data
+    from training.experiments import app as experiments
+    from training.experiments import data as experiments_data
 
     root = tmp_path / "images"
     folder = write_folder(root, per_class=4, splits=("train", "test"))

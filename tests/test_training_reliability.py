@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from training import checkpoints, config, image_checks, loop, sources
+from training import config, image_checks, loop, run_state, sources
 from training.workdir import WorkdirError
 
 TINY = dict(image_size=8, patch_size=4, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32, global_batch_size=16,
@@ -87,7 +87,7 @@ def non_finite_tensors(prefix):
 
 def recorded_losses(workdir):
     """{checkpoint number: loss of the step after it} from the run's record (checkpoints/losses.json)."""
-    record = json.loads((workdir / "checkpoints" / checkpoints.LOSSES_FILE).read_text())
+    record = json.loads((workdir / "checkpoints" / run_state.LOSSES_FILE).read_text())
     return record["first_loss"], {int(k): v for k, v in record["after"].items()}
 
 
@@ -100,7 +100,7 @@ def diverged(tmp_path_factory):
         workdir = tmp_path_factory.mktemp("diverged")
         try:
             run(workdir, **DIVERGING, learning_rate=rate)
-        except checkpoints.TrainingDiverged as stop:
+        except run_state.TrainingDiverged as stop:
             messages.append(f"{rate:g}: {stop}")
             _, after = recorded_losses(workdir)
             exploded = [n for n, loss in after.items() if np.isfinite(loss) and loss > 1e6]
@@ -113,7 +113,7 @@ def diverged(tmp_path_factory):
 
 def test_a_divergence_before_any_good_checkpoint_says_there_is_none(tmp_path):
     # Adam without warm-up at 1e15: the first update already overflows.
-    with pytest.raises(checkpoints.TrainingDiverged, match="no last good checkpoint") as info:
+    with pytest.raises(run_state.TrainingDiverged, match="no last good checkpoint") as info:
         run(tmp_path, steps=10, warmup_steps=0, checkpoint_every=1, learning_rate=1e15)
     assert "--resume_with_changes to train again from step 0" in str(info.value)
 
@@ -133,7 +133,7 @@ def test_divergence_names_a_checkpoint_followed_by_a_sane_loss_not_a_finite_expl
         if name.endswith(".index"):
             assert non_finite_tensors(workdir / "checkpoints" / name[:-6]) == [], name
     first, after = recorded_losses(workdir)
-    limit = checkpoints.SANE_LOSS_FACTOR * max(np.log(10), first)
+    limit = run_state.SANE_LOSS_FACTOR * max(np.log(10), first)
     assert after[step] <= limit  # the step after it had a sane loss
     stopped = int(re.search(r"at step (\d+)", message).group(1))
     # Every later checkpoint, finite but exploded (its next loss over the limit) or the one whose step overflowed,
@@ -172,7 +172,7 @@ def test_advised_rerun_with_a_lower_learning_rate_resumes_and_finishes(diverged,
     assert config.Config.from_json((workdir / "config.json").read_text()).learning_rate == 1e-3
     assert non_finite_tensors(workdir / "checkpoints" / "ckpt-10") == []
     first, after = recorded_losses(workdir)  # every step after a checkpoint of the rerun had a sane loss
-    assert all(after[n] <= checkpoints.SANE_LOSS_FACTOR * max(np.log(10), first) for n in range(step, 10))
+    assert all(after[n] <= run_state.SANE_LOSS_FACTOR * max(np.log(10), first) for n in range(step, 10))
 
 
 # --- 3, 7: damaged checkpoints ----------------------------------------------------------------------------
@@ -361,7 +361,7 @@ def test_the_lock_is_released_when_a_run_fails(tmp_path):
     with pytest.raises(WorkdirError, match="different config"):
         run(workdir, steps=2, seed=5)
     assert (workdir / ".lock").read_text() == ""
-    with pytest.raises(checkpoints.TrainingDiverged):  # a diverging run in a fresh workdir releases it too
+    with pytest.raises(run_state.TrainingDiverged):  # a diverging run in a fresh workdir releases it too
         run(tmp_path / "diverging", steps=10, warmup_steps=0, checkpoint_every=1, learning_rate=1e15)
     assert (tmp_path / "diverging" / ".lock").read_text() == ""
     out = run(workdir, steps=2)  # not held: the same workdir resumes (finished: it says so)

@@ -19,25 +19,46 @@ from training.sources import InvalidDatasetError, dataset_source
 from training.workdir import disk_full, is_disk_full
 
 
-class FinishMixin:
-    """The last steps of `training.loop`'s run; it has `cfg`, `chief`, `model`, `class_names`, `eval_split`,
-    `skip_files`, `_worker_dir` and `_print`."""
+class RunOutputs:
+    """What a run leaves once it has trained, made by `training.loop`'s run at its end: `save_and_export`, or
+    `keep_after_failed_evaluation` when its final evaluation failed.
 
-    def _keep_after_failed_evaluation(self, trained, metrics_path, failure):
+    Args:
+        cfg: the run's `training.config.Config`.
+        chief: whether this task is the chief (it writes the workdir's files; a worker, its weights only).
+        model: the trained model.
+        class_names: the data's classes, in the order of the model's outputs.
+        eval_split: the split a few images of which are classified with the exported model.
+        skip_files: the image files of a folder dataset left out (`--skip_bad_images`).
+        worker_dir: a worker's own folder in the workdir (`training.workdir.RunWorkdir.worker_dir`).
+        log: prints a message (the run's: the chief only).
+    """
+
+    def __init__(self, cfg, chief: bool, model, class_names, eval_split: str, skip_files, worker_dir, log):
+        self.cfg = cfg
+        self.chief = chief
+        self.model = model
+        self.class_names = class_names
+        self.eval_split = eval_split
+        self.skip_files = skip_files
+        self._worker_dir = worker_dir
+        self._print = log
+
+    def keep_after_failed_evaluation(self, trained, metrics_path, failure):
         """Writes what a run whose final evaluation failed has (metrics.json without the evaluation, model.keras,
         the export; its last checkpoint is on disk) and raises `failure` saying so."""
         metrics = dict(trained, eval_error=str(failure))
         if self.chief:
             with tf.io.gfile.GFile(metrics_path, "w") as f:
                 f.write(json.dumps(metrics, indent=2, sort_keys=True))
-        self._save_and_export(metrics, show_predictions=False)
+        self.save_and_export(metrics, show_predictions=False)
         raise InvalidDatasetError(
             f"{failure} Training finished ({trained['steps']} steps): the model "
             f"({os.path.join(self.cfg.workdir, 'model.keras')}), "
             f"its checkpoint and metrics.json (without the evaluation) are written; the rerun only evaluates."
         ) from None
 
-    def _save_and_export(self, metrics, show_predictions=True):
+    def save_and_export(self, metrics, show_predictions=True):
         """Saves a float32 single-device copy (model.keras), exports it, classifies a few eval images; a full disk
         raises `training.workdir.DiskFull` (the last checkpoint is on disk: the rerun writes them again)."""
         try:

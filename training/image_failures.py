@@ -45,7 +45,9 @@ class Batches:
 
 class ImageFailuresMixin:
     """The image-failure steps of `training.loop`'s run; it has `cfg`, `images`, `skip_files`, `train_split`,
-    `eval_split`, `checkpoint_dir`, `evaluate`, `_save` and `_print` (and `listed`: `listed_files`)."""
+    `eval_split`, `checkpoints` (`training.run_state.RunCheckpoints`), `evaluate` and `_print` (and `listed`:
+    `listed_files`). A mixin, not an object the run owns: a failing file changes the run's own data state (the
+    files both pipelines skip, the split sizes, the evaluation it rebuilds), which the loop reads."""
 
     def _checked_step(self, train_step, batches, step):
         """`train_step(batches.current)`; when the input pipeline fails on a file: rebuilt without it and run again
@@ -99,9 +101,9 @@ class ImageFailuresMixin:
         """The error naming the files of `split` that failed `when`, after saving the state of `save_step`."""
         saved = ""
         if save_step:
-            prefix = os.path.join(self.checkpoint_dir, f"ckpt-{save_step}")
+            prefix = os.path.join(self.checkpoints.directory, f"ckpt-{save_step}")
             if not tf.io.gfile.exists(prefix + ".index"):
-                self._save(save_step)
+                self.checkpoints.save(save_step)
             saved = f" The state of step {save_step} is saved ({prefix}); the rerun resumes from it."
         check = ("it was checked by its header only (--image_check=headers)" if self.images["check"] != "decode"
                  else "it passed the check before training, so it was changed or deleted since")

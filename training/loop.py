@@ -6,14 +6,15 @@ tpu: per-replica forward/backward, cross-replica gradient sum, global-norm clipp
 optimizer update (the paper's recipes: Tables 3-4, Appendix B.1). User code can still call `model.fit`
 under `MirroredStrategy` (see docs/TRAINING.md).
 
-A run is one `_Run`; its parts live in their own modules: the workdir (writable, locked, config.json:
-`training.workdir`), the checkpoints (written, rotated, resumed from, set aside on divergence:
-`training.checkpoints`), the images that fail in the pipeline (`training.image_failures`) and the end of the run
-(model.keras, the export: `training.finish`). Every step also checks that all weights and optimizer variables
-are finite after its update (one reduction, returned with the loss), so a checkpoint on disk is never NaN; a
-non-finite loss or state stops the run (`training.checkpoints.TrainingDiverged`). A folder dataset's unusable
-images are found before training (`training.image_checks.check_images`: headers, a pixel limit, a full decode)
-and refused, or skipped with `skip_bad_images`.
+A run is one `_Run`; it owns the objects of its parts, each in its own module: the workdir (writable, locked,
+config.json: `training.workdir.RunWorkdir`), the checkpoints of its state (written, rotated, resumed from, set
+aside on divergence: `training.run_state.RunCheckpoints`) and its outputs (model.keras, the export:
+`training.finish.RunOutputs`); the images that fail in the pipeline are handled by the steps of
+`training.image_failures` (a mixin: they change the run's data state). Every step also checks that all weights
+and optimizer variables are finite after its update (one reduction, returned with the loss), so a checkpoint on
+disk is never NaN; a non-finite loss or state stops the run (`training.run_state.TrainingDiverged`). A folder
+dataset's unusable images are found before training (`training.image_checks.check_images`: headers, a pixel
+limit, a full decode) and refused, or skipped with `skip_bad_images`.
 
 Outputs (in `cfg.workdir`, written by the chief): `config.json`, `checkpoints/`, `tensorboard/`,
 `metrics.json`, `model.keras` (with its class names in `model.labels.txt`, which `python -m keras_vit.export`
@@ -34,15 +35,15 @@ import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
 from training import augment, data, distribute, optim, progress
-from training.checkpoints import CheckpointsMixin
 from training.config import Config
-from training.finish import FinishMixin
+from training.finish import RunOutputs
 from training.image_checks import DEFAULT_MAX_IMAGE_PIXELS, check_images
 from training.image_failures import Batches, ImageFailuresMixin, listed_files
 from training.model import model_from_config, fetch_weights
 from training.optim import make_optimizer
+from training.run_state import RunCheckpoints
 from training.sources import InvalidDatasetError, dataset_source, default_splits, shown_path
-from training.workdir import WorkdirMixin
+from training.workdir import RunWorkdir
 
 
 EVAL_PROGRESS_FROM = 50  # evaluations of at least this many batches print progress
@@ -86,10 +87,11 @@ def run(cfg: Config, strategy: tf.distribute.Strategy | None = None, *, resume_w
         keras.config.set_dtype_policy(previous_policy)
 
 
-class _Run(WorkdirMixin, CheckpointsMixin, ImageFailuresMixin, FinishMixin):
-    """One run: its state (model, optimizer, step), input pipelines, steps and loop; the workdir, checkpoint,
-    image-failure and final steps come from the mixins of `training.workdir`, `training.checkpoints`,
-    `training.image_failures` and `training.finish`."""
+class _Run(ImageFailuresMixin):
+    """One run: its state (model, optimizer, step), input pipelines, steps and loop. It owns its workdir
+    (`self.workdir`, a `training.workdir.RunWorkdir`) and the checkpoints of its state (`self.checkpoints`, a
+    `training.run_state.RunCheckpoints`), and makes its outputs at the end (`training.finish.RunOutputs`); the
+    image-failure steps come from the mixin of `training.image_failures`."""
 
     def __init__(self, cfg: Config, strategy, resume_with_changes=False, overwrite_checkpoints=False, images=None,
                  cleanup=None):
@@ -107,9 +109,10 @@ class _Run(WorkdirMixin, CheckpointsMixin, ImageFailuresMixin, FinishMixin):
         # The dataset's name and layout before the workdir: a missing folder is the error to show, not a config
         # that differs from the last run's in the (shared, default) workdir.
         default_train, default_eval = default_splits(cfg.dataset, cfg.data_dir, cfg.validation_split, cfg.seed)
-        self._prepare_workdir()
-        self._lock_workdir(cleanup)
-        config_changes = self._check_config(resume_with_changes)
+        self.workdir = RunWorkdir(cfg, self.strategy, self.chief, log=self._print)
+        self.workdir.prepare()
+        self.workdir.lock(cleanup)
+        config_changes = self.workdir.check_config(resume_with_changes)
         fetch_weights(cfg)  # published weights before any dataset download: both failures show on the first try
         self.train_split = cfg.train_split or default_train
         self.eval_split = cfg.eval_split or default_eval
@@ -129,14 +132,16 @@ class _Run(WorkdirMixin, CheckpointsMixin, ImageFailuresMixin, FinishMixin):
                                        skip_files=self.skip_files).num_examples
         self.total_steps = cfg.train_steps(self.num_train)
 
+        # Where this task saves (a worker: its own folder); rotated by `save`, which keeps the last good one.
+        checkpoint_dir = os.path.join(cfg.workdir, "checkpoints")
+        own_checkpoint_dir = checkpoint_dir if self.chief else self.workdir.worker_dir("checkpoints")
+        self.checkpoints = RunCheckpoints(cfg, self.chief, self.num_classes, checkpoint_dir, own_checkpoint_dir,
+                                          log=self._print)
         self._build_state()
         self._evaluation = None  # (dataset, steps, eval_step), built by the first `evaluate`
-        self.checkpoint_dir = os.path.join(cfg.workdir, "checkpoints")
-        self._restore(overwrite_checkpoints)
-        self._write_config(config_changes)
-        # Where this task saves (a worker: its own folder); rotated by `_save`, which keeps the last good one.
-        self.own_checkpoint_dir = self.checkpoint_dir if self.chief else self._worker_dir("checkpoints")
-        tf.io.gfile.makedirs(self.own_checkpoint_dir)
+        self.checkpoints.restore(overwrite_checkpoints, rebuild=self._build_state)
+        self.workdir.write_config(config_changes, int(self.step.numpy()), self.model)
+        tf.io.gfile.makedirs(own_checkpoint_dir)
         if self.chief:
             self.writers = {k: tf.summary.create_file_writer(os.path.join(cfg.workdir, "tensorboard", k))
                             for k in ("train", "eval")}
@@ -150,9 +155,9 @@ class _Run(WorkdirMixin, CheckpointsMixin, ImageFailuresMixin, FinishMixin):
             self.model = model_from_config(self.cfg, self.num_classes)
             self.optimizer = make_optimizer(self.cfg, self.total_steps, self.model)
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
-        self.checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer, step=self.step)
         self.float_variables = [v for v in [*self.model.weights, *self.optimizer.variables]
                                 if tf.as_dtype(v.dtype).is_floating]
+        self.checkpoints.track(self.model, self.optimizer, self.step, self.float_variables)
 
     # --- data -------------------------------------------------------------------------------------
 
@@ -328,7 +333,7 @@ class _Run(WorkdirMixin, CheckpointsMixin, ImageFailuresMixin, FinishMixin):
         try:
             eval_metrics = self._checked_evaluate(None)
         except InvalidDatasetError as failure:  # keep what training made: the model, its metrics
-            self._keep_after_failed_evaluation(trained, metrics_path, failure)
+            self._outputs().keep_after_failed_evaluation(trained, metrics_path, failure)
         metrics = dict(eval_metrics, **trained)
         with self.writers["eval"].as_default():
             for key in ("eval_loss", "eval_accuracy"):
@@ -337,7 +342,7 @@ class _Run(WorkdirMixin, CheckpointsMixin, ImageFailuresMixin, FinishMixin):
         if self.chief:
             with tf.io.gfile.GFile(metrics_path, "w") as f:
                 f.write(json.dumps(metrics, indent=2, sort_keys=True))
-        self._save_and_export(metrics)
+        self._outputs().save_and_export(metrics)
         self._print(
             f"final: eval_accuracy={metrics['eval_accuracy']:.4f} eval_loss={metrics['eval_loss']:.4f} "
             f"on {metrics['eval_examples']} {self.eval_split} images after {metrics['steps']} steps, "
@@ -357,8 +362,8 @@ class _Run(WorkdirMixin, CheckpointsMixin, ImageFailuresMixin, FinishMixin):
         for step in range(start + 1, self.total_steps + 1):
             loss, bad = (float(x) for x in self._checked_step(train_step, iterator, step))
             if not math.isfinite(loss) or bad:
-                raise self._diverged(step, loss)
-            self._record_loss(step, loss)
+                raise self.checkpoints.diverged(step, loss)
+            self.checkpoints.record_loss(step, loss)
             now = time.perf_counter()
             if timed_from is None:
                 timed_from = now  # the first step includes tracing; throughput counts the rest
@@ -366,7 +371,7 @@ class _Run(WorkdirMixin, CheckpointsMixin, ImageFailuresMixin, FinishMixin):
             else:
                 timed_steps += 1
             if step % cfg.checkpoint_every == 0 or step == self.total_steps:
-                self._save(step)  # the state was checked finite by this step
+                self.checkpoints.save(step)  # the state was checked finite by this step
             if shown.due(step):
                 rate = cfg.global_batch_size * (step - window_step) / max(now - window_start, 1e-9)
                 window_start, window_step = now, step
@@ -389,6 +394,11 @@ class _Run(WorkdirMixin, CheckpointsMixin, ImageFailuresMixin, FinishMixin):
             writer.flush()
         elapsed = time.perf_counter() - timed_from if timed_from is not None else 0.0
         return cfg.global_batch_size * timed_steps / elapsed if timed_steps and elapsed > 0 else None
+
+    def _outputs(self) -> RunOutputs:
+        """The run's outputs, of its model as trained and the files it skips by now."""
+        return RunOutputs(self.cfg, self.chief, self.model, self.class_names, self.eval_split, self.skip_files,
+                          self.workdir.worker_dir, log=self._print)
 
     def _print(self, message):
         if self.chief:

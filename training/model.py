@@ -15,10 +15,10 @@ from __future__ import annotations
 import os
 
 from keras_vit import variants
-from training.recipes import BIT_MODELS, is_bit  # noqa: F401  (public here too)
+from training.recipes import APP_BIT_MODELS, BIT_MODELS, is_bit
 from training.weights_source import SOURCE_KEY, recorded_source, source_change
 
-TINY_BIT = dict(block_units=(1, 1, 1), width=16, groups=8)
+TINY_BIT = APP_BIT_MODELS["bit_tiny"]
 """The miniature BiT ResNet v2 of `--model=bit_tiny`: that of `training.experiments` ("BiT-R11")."""
 
 class ModelBuildError(ValueError):
@@ -133,8 +133,9 @@ def model_from_config(cfg, num_classes: int):
 
     A ViT (`keras_vit.ViT`): `cfg.weights` goes to `ViT(weights=...)` (a published name, a checkpoint file,
     or one's own `.keras`, `.weights.h5` or run folder: the loader resamples position embeddings to
-    `cfg.image_size`, paper section 3.2, and gives other classes a new head). A BiT (`keras_vit.BiT_R50x1` for `bit_r50x1`, the
-    `TINY_BIT` `keras_vit.BiT` for `bit_tiny`): from scratch, or `cfg.weights` as a Keras weights file.
+    `cfg.image_size`, paper section 3.2, and gives other classes a new head). A BiT (the library's constructor,
+    `keras_vit.BiT_R50x1` for `bit_r50x1`; a `keras_vit.BiT` of the app's `APP_BIT_MODELS` arguments, `TINY_BIT`
+    for `bit_tiny`): from scratch, or `cfg.weights` as a Keras weights file.
     `cfg.zero_head` zero-initialises the head (fine-tuning, Appendix B.1.1; a BiT head starts at zero
     anyway); `cfg.head_bias_init` sets the head bias (-10 in the imagenet21k pre-training).
 
@@ -166,8 +167,8 @@ def _build(cfg, num_classes: int):
         check_model(cfg)
         shape = dict(input_shape=(cfg.image_size, cfg.image_size, 3), classes=num_classes,
                      classifier_activation=None, weights=cfg.weights)
-        if cfg.model == "bit_tiny":
-            model = keras_vit.BiT(**TINY_BIT, **shape, name="bit_tiny")
+        if cfg.model in APP_BIT_MODELS:
+            model = keras_vit.BiT(**APP_BIT_MODELS[cfg.model], **shape, name=cfg.model)
         else:
             from keras_vit import applications
 

@@ -10,13 +10,19 @@ Example:
 from keras_vit import variants
 from training.weights_source import is_own_model, recorded_source
 
-BIT_MODELS = ("bit_tiny", *variants.BIT_MODELS)
-"""The `--model` values that train a BiT ResNet (`keras_vit.BiT`) instead of a ViT."""
+APP_BIT_MODELS = {"bit_tiny": dict(block_units=(1, 1, 1), width=16, groups=8)}
+"""The app's own BiT ResNets (`--model` name -> `keras_vit.BiT` arguments), declared here only; the library's
+are `keras_vit.variants.BIT_MODELS`. `bit_tiny` is the miniature BiT ResNet v2 of `training.experiments`
+("BiT-R11", `training.model.TINY_BIT`)."""
+
+BIT_MODELS = (*APP_BIT_MODELS, *variants.BIT_MODELS)
+"""The `--model` values that train a BiT ResNet (`keras_vit.BiT`) instead of a ViT: the app's, then the library's."""
 
 
 def is_bit(model: str) -> bool:
-    """Whether the config's `model` is a BiT ResNet (`BIT_MODELS`, any spelling of `keras_vit.variants.bit_name`)."""
-    return model == "bit_tiny" or variants.bit_name(model) is not None
+    """Whether the config's `model` is a BiT ResNet (`BIT_MODELS`: an `APP_BIT_MODELS` name, or any spelling of
+    `keras_vit.variants.bit_name`)."""
+    return model in APP_BIT_MODELS or variants.bit_name(model) is not None
 
 
 SMALL_IMAGE = 64  # at most this many pixels a side: translation, not crops, and no flips (glyphs, icons)

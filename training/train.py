@@ -217,7 +217,7 @@ def main(argv):
         logging.set_verbosity(logging.WARNING)  # TensorFlow's INFO lines would bury the progress
     cfg = config_from_flags()
     from training import augment, loop  # imports TensorFlow and Keras only once the flags are valid
-    from training.checkpoints import TrainingDiverged
+    from training.run_state import TrainingDiverged
     from training.image_checks import DEFAULT_MAX_IMAGE_PIXELS
     from training.model import ModelBuildError
     from training.sources import DatasetNotFoundError, ImageFailedMidRunError, InvalidDatasetError

@@ -33,16 +33,32 @@ class WorkdirError(ValueError):
     """The workdir cannot be used as it is: unwritable, another run's config, or no readable checkpoint."""
 
 
-class WorkdirMixin:
-    """The workdir steps of `training.loop`'s run; it has `cfg`, `chief`, `strategy`, `step` and `_print`."""
+class RunWorkdir:
+    """The workdir of one run, owned by `training.loop`'s run: `prepare`, `lock` and `check_config` at its start,
+    `write_config` once its state is restored; `worker_dir` is a worker's own folder in it.
 
-    def _worker_dir(self, *parts):
+    Args:
+        cfg: the run's `training.config.Config` (`cfg.workdir`).
+        strategy: the run's `tf.distribute` strategy (a worker's folder is named for its task).
+        chief: whether this task is the chief (it alone writes config.json).
+        log: prints a message (the run's: the chief only).
+    """
+
+    def __init__(self, cfg, strategy=None, chief: bool = True, log=print):
+        self.cfg = cfg
+        self.strategy = strategy
+        self.chief = chief
+        self._print = log
+        self._config_history = []
+        self._weights_source = None
+
+    def worker_dir(self, *parts):
         return os.path.join(self.cfg.workdir, "workers", str(distribute.task_id(self.strategy)), *parts)
 
-    def _prepare_workdir(self):
+    def prepare(self):
         """Creates the workdir (a worker's own folder on the other workers) and checks that it takes a file."""
         workdir = self.cfg.workdir
-        own = workdir if self.chief else self._worker_dir()
+        own = workdir if self.chief else self.worker_dir()
         probe = os.path.join(own, f".write_test.{os.getpid()}")
         try:
             tf.io.gfile.makedirs(own)
@@ -57,12 +73,12 @@ class WorkdirMixin:
                 f"as) a writable directory."
             ) from error
 
-    def _lock_workdir(self, cleanup):
+    def lock(self, cleanup):
         """Takes `WORKDIR/.lock` (a worker: its own folder's) until the run ends; refuses a workdir another run holds.
 
         Two runs in one workdir would pass the config check together and write into the same checkpoints.
         """
-        own = self.cfg.workdir if self.chief else self._worker_dir()
+        own = self.cfg.workdir if self.chief else self.worker_dir()
         if not workdir_lock.is_lockable(own):  # gs:// and other remote paths: flock cannot lock them
             return
         path = os.path.join(own, workdir_lock.LOCK_NAME)
@@ -85,7 +101,7 @@ class WorkdirMixin:
                         f"killed): {workdir_lock.describe(stale)}; no process holds it now, so this run took it over "
                         f"(a stale lock) and resumes from the checkpoints as usual")
 
-    def _check_config(self, resume_with_changes):
+    def check_config(self, resume_with_changes):
         """The `OPTIMISATION_CHANGES` allowed against the workdir's config.json; raises for any other change."""
         path = os.path.join(self.cfg.workdir, "config.json")
         self._config_history = []
@@ -124,10 +140,10 @@ class WorkdirMixin:
             f"{advice}."
         )
 
-    def _write_config(self, changed):
-        """Writes config.json (the chief), adding the allowed changes at the restored step to its history."""
+    def write_config(self, changed, step: int, model):
+        """Writes config.json (the chief), adding the allowed changes at the restored `step` to its history; a
+        first start (or other --weights) records the source `model` was fine-tuned from."""
         if changed:
-            step = int(self.step.numpy())
             self._config_history.append({"step": step, "changed": {k: list(v) for k, v in changed.items()}})
             self._print(f"resumed with changes at step {step} (--resume_with_changes, recorded in config.json): "
                         + ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changed.items()))
@@ -136,9 +152,9 @@ class WorkdirMixin:
         values = json.loads(self.cfg.to_json())
         if self._config_history:
             values[HISTORY_KEY] = self._config_history
-        source = getattr(self, "_weights_source", None)
+        source = self._weights_source
         if source is None or source.get("weights") != self.cfg.weights:  # a first start (or other --weights)
-            source = source_record(self.cfg, self.model)
+            source = source_record(self.cfg, model)
         if source is not None:
             values[SOURCE_KEY] = source
         write_atomically(os.path.join(self.cfg.workdir, "config.json"), json.dumps(values, indent=2, sort_keys=True))

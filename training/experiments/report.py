@@ -2,7 +2,7 @@
 
 Figures (matplotlib, Agg): `data_size.png` (Figures 3-4: test and few-shot accuracy against the number of
 training images, log scale, error bars = std over seeds), `compute.png` (Figure 5: accuracy against the
-training FLOPs spent, log scale) and Figure 7's three (`training.experiments_figure7`).
+training FLOPs spent, log scale) and Figure 7's three (`training.experiments.figure7`).
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import os
 import numpy as np
 
 from keras_vit import extras
-from training import experiments_figure7 as figure7
-from training.experiments_models import STUDIES
+from training.experiments import figure7
+from training.experiments.models import STUDIES
 
-# Imported with this module, before `training.experiments.run_studies` trains anything: a missing matplotlib
+# Imported with this module, before `training.experiments.app.run_studies` trains anything: a missing matplotlib
 # stops the run at once, not after its runs.
 matplotlib = extras.require("matplotlib", "inspect", "drawing the figures of training.experiments")
 

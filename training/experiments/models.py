@@ -1,5 +1,5 @@
 """What the studies of `training.experiments` are, which miniature models they compare and how long each
-trains: the data both the trainer (`training.experiments_trainer`) and the report (`training.experiments_report`)
+trains: the data both the trainer (`training.experiments.trainer`) and the report (`training.experiments.report`)
 read, per preset (`--preset`).
 
 Example:
@@ -60,7 +60,7 @@ are steps of 128 images (25.6 and 12.8 epochs of CIFAR's 50,000)."""
 
 @dataclasses.dataclass(frozen=True)
 class Preset:
-    """A named study: its models and the `training.experiments.Setup` values it changes."""
+    """A named study: its models and the `training.experiments.app.Setup` values it changes."""
 
     models: dict
     values: dict

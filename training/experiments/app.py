@@ -8,14 +8,14 @@ Three studies (`--studies`, default all three), over the same trained runs:
 
 * `data_size` (paper Figures 3 and 4): nested, class-stratified subsets of the training split (`--fractions`;
   each subset holds the smaller ones, fixed by `--subset_seed`), each model trained for its family's budget of
-  steps whatever the subset (`training.experiments_models`: the budget that brings the full-data run within
+  steps whatever the subset (`training.experiments.models`: the budget that brings the full-data run within
   about a point of the training app's; `--steps` gives every model the same), the app's recipe, `--seeds`
   seeds each. Every run is scored by its test accuracy and by the few-shot linear accuracy of its frozen
   representation (`training.fewshot`: `--shots` images per class of the full training split, least squares).
 * `compute` (Figure 5): accuracy against the training FLOPs each full-data run spent (3 x the forward FLOPs
   counted by `keras_vit.flops.forward_flops` x the images of the steps it ran).
 * `attention_distance` (Figure 7): for the ViTs and the hybrid (seed 0, full data), at initialisation and
-  trained, on the same `--attention_images` test images (`training.experiments_probes`, `keras_vit.inspect`):
+  trained, on the same `--attention_images` test images (`training.experiments.probes`, `keras_vit.inspect`):
   mean attention distance and entropy relative to uniform attention per head (right), position-embedding
   similarity (centre), principal components of the embedding filters (left).
 
@@ -26,10 +26,10 @@ the reading), `data_size.png`, `compute.png`, `attention_distance.png`, `positio
 `embedding_filters.png` and `index.html` with the figures, a table and a paragraph read off the numbers.
 
 Data come from the training app (`training.sources`, `training.data`; subsets and batches:
-`training.experiments_data`), with the app's augmentation and, for a folder, its check of the images before
+`training.experiments.data`), with the app's augmentation and, for a folder, its check of the images before
 anything trains (`training.image_checks`); the recipe is the one `python -m training.train` would choose for the
 dataset, with its optimizer (`training.optim`), under `--strategy`. Each run trains with `model.fit` on one
-compiled model per architecture (`training.experiments_trainer`), not with the app's loop, whose per-run
+compiled model per architecture (`training.experiments.trainer`), not with the app's loop, whose per-run
 workdir, checkpoints and export a study of many short runs does not need.
 """
 
@@ -45,7 +45,7 @@ from absl import flags
 from keras_vit import cli
 from training import backend
 from training import config as config_ranges
-from training.experiments_models import MODELS, PATCH, PRESETS, STUDIES, models_of
+from training.experiments.models import MODELS, PATCH, PRESETS, STUDIES, models_of
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,7 +79,7 @@ class Setup:
 
 
 def make_setup(preset: str = "default", **values) -> Setup:
-    """The `Setup` of a preset (`training.experiments_models.PRESETS`), then `values`.
+    """The `Setup` of a preset (`training.experiments.models.PRESETS`), then `values`.
 
     Example:
         >>> setup = make_setup("large", seeds=1)
@@ -140,8 +140,8 @@ def probed_runs(setup: Setup, studies=STUDIES) -> set:
 
 def run_studies(setup: Setup, out: str, studies=STUDIES, log=print) -> dict:
     """Trains the runs the `studies` need and writes results.json, the figures and index.html into `out`."""
-    from training import experiments_report
-    from training.experiments_trainer import train_runs
+    from training.experiments import report
+    from training.experiments.trainer import train_runs
 
     unknown = [s for s in studies if s not in STUDIES]
     if unknown or not studies:
@@ -151,9 +151,9 @@ def run_studies(setup: Setup, out: str, studies=STUDIES, log=print) -> dict:
     results = dict(setup=dataclasses.asdict(setup), studies=list(studies))
     results.update(train_runs(setup, planned_runs(setup, studies), probed_runs(setup, studies), log))
     results["wall_time_s"] = time.perf_counter() - started
-    results["reading"] = experiments_report.reading(results)
-    experiments_report.write(results, out, studies)
-    log(f"wrote {', '.join(experiments_report.outputs(studies))} into {out} "
+    results["reading"] = report.reading(results)
+    report.write(results, out, studies)
+    log(f"wrote {', '.join(report.outputs(studies))} into {out} "
         f"({results['wall_time_s'] / 60:.1f} minutes)")
     log(results["reading"])
     return results
@@ -278,6 +278,3 @@ def main(argv=None) -> int:
     """The exit status of `python -m training.experiments` with `argv` (default: `sys.argv[1:]`)."""
     return cli.main(run, FLAGS, argv, usage=__doc__, tensorflow=True)
 
-
-if __name__ == "__main__":
-    cli.run(run, FLAGS, usage=__doc__, tensorflow=True)

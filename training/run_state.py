@@ -1,4 +1,6 @@
-"""The checkpoints of a run: written and rotated, resumed from, and set aside when the run diverges.
+"""The training state of a run (model, optimizer, step) in its workdir's `checkpoints/`: `RunCheckpoints`, which
+`training.loop`'s run owns, writes and rotates it, resumes from it, and sets it aside when the run diverges (the
+weight files that models load are `keras_vit.checkpoints`', another thing).
 
     * A `tf.train.Checkpoint` of model, optimizer and step every `checkpoint_every` steps and at the end; a
       restart with the same command restores the newest one and replays the data stream from that step
@@ -36,7 +38,7 @@ from training import checkpoint_files
 from training.workdir import WorkdirError, disk_full, is_disk_full, short_error, write_atomically
 
 # A checkpoint is good when the loss of the step after it was finite and at most this many times the larger of
-# ln(classes) and the run's first loss (`CheckpointsMixin._sane`); the record is WORKDIR/checkpoints/LOSSES_FILE.
+# ln(classes) and the run's first loss (`RunCheckpoints._sane`); the record is WORKDIR/checkpoints/LOSSES_FILE.
 SANE_LOSS_FACTOR = 10.0
 LOSSES_FILE = "losses.json"
 
@@ -45,13 +47,46 @@ class TrainingDiverged(RuntimeError):
     """The loss, the weights or the optimizer state became NaN or infinite; the last good checkpoint is kept."""
 
 
-class CheckpointsMixin:
-    """The checkpoint steps of `training.loop`'s run; it has `cfg`, `chief`, `num_classes`, `checkpoint`, `step`,
-    `float_variables`, `checkpoint_dir`, `own_checkpoint_dir`, `_build_state` and `_print`."""
+class RunCheckpoints:
+    """The checkpoints of one run's state, owned by `training.loop`'s run: `restore` at its start, `save` and
+    `record_loss` as it trains, `diverged` when it stops on a non-finite value.
 
-    def _restore(self, overwrite):
-        """Restores the newest checkpoint that can be read and is finite, falling back to older ones."""
-        directory = self.checkpoint_dir
+    Args:
+        cfg: the run's `training.config.Config`.
+        chief: whether this task is the chief (it alone rewrites the state file, the loss record, renames).
+        num_classes: the classes of the data (a sane loss is measured against ln(classes)).
+        directory: the run's `WORKDIR/checkpoints` (restored from; its state file and loss record).
+        own_directory: where this task saves (the chief: `directory`; a worker: its own folder).
+        log: prints a message (the run's: the chief only).
+    """
+
+    def __init__(self, cfg, chief: bool, num_classes: int, directory: str, own_directory: str, log):
+        self.cfg = cfg
+        self.chief = chief
+        self.num_classes = num_classes
+        self.directory = directory
+        self.own_directory = own_directory
+        self._print = log
+        self.checkpoint = self.step = None  # the state's, given by `track`
+        self._float_variables = []
+        self._losses = {"first_loss": None, "after": {}}
+        self._awaiting_loss = None  # the checkpoint whose next step's loss is still to be recorded
+
+    def track(self, model, optimizer, step, float_variables):
+        """The state to save and restore: `model`, `optimizer` and the `step` variable (a `tf.train.Checkpoint`
+        of them); `float_variables`, those of them that must stay finite."""
+        self.checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, step=step)
+        self.step = step
+        self._float_variables = float_variables
+
+    def restore(self, overwrite, rebuild):
+        """Restores the newest checkpoint that can be read and is finite, falling back to older ones.
+
+        Args:
+            overwrite: delete checkpoint files none of which can be restored (else `WorkdirError`).
+            rebuild: builds the state afresh (and `track`s it), after a failed restore may have assigned some of it.
+        """
+        directory = self.directory
         self._losses = _read_losses(directory)
         self._awaiting_loss = None  # the checkpoint whose next step's loss is still to be recorded
         if self.chief:
@@ -86,7 +121,7 @@ class CheckpointsMixin:
             )
         if problems:  # a failed restore may have assigned some variables: start from a fresh initialisation
             keras.utils.set_random_seed(self.cfg.seed)
-            self._build_state()
+            rebuild()
         if self.chief:
             for path in leftovers + [state_file]:
                 if tf.io.gfile.exists(path):
@@ -106,28 +141,28 @@ class CheckpointsMixin:
 
     def _remove_temp_dirs(self):
         """Deletes the `ckpt-N_temp/` folders that a save killed midway leaves (the chief, at start)."""
-        stale = sorted(n for n in checkpoint_files.listdir(self.checkpoint_dir) if re.fullmatch(r"ckpt-\d+_temp", n))
+        stale = sorted(n for n in checkpoint_files.listdir(self.directory) if re.fullmatch(r"ckpt-\d+_temp", n))
         for name in stale:
-            tf.io.gfile.rmtree(os.path.join(self.checkpoint_dir, name))
+            tf.io.gfile.rmtree(os.path.join(self.directory, name))
         if stale:
             self._print(f"removed {len(stale)} unfinished checkpoint folder(s) of interrupted saves from "
-                        f"{self.checkpoint_dir}: {', '.join(stale)}")
+                        f"{self.directory}: {', '.join(stale)}")
 
     def _state_is_finite(self) -> bool:
         """Whether every float variable of the model and the optimizer is finite (copied here: no collective)."""
-        return all(np.isfinite(np.asarray(v.numpy())).all() for v in self.float_variables)
+        return all(np.isfinite(np.asarray(v.numpy())).all() for v in self._float_variables)
 
-    def _save(self, step):
+    def save(self, step):
         """Writes ckpt-`step` (model, optimizer, step) and rotates: the newest `keep_checkpoints` up to `step`
         stay, and so does the last good one (`_last_good`), however old; newer ones (a damaged checkpoint of an
         earlier run that was not resumed from) are left alone until a save of their step replaces them."""
-        directory = self.own_checkpoint_dir
+        directory = self.own_directory
         prefix = os.path.join(directory, f"ckpt-{step}")
         self.checkpoint.save_counter.assign_add(1)  # as tf.train.CheckpointManager.save: every checkpoint holds it
         try:
             self.checkpoint.write(prefix)
         except (OSError, tf.errors.OpError) as error:
-            if is_disk_full(error):  # a half-written ckpt-N is not resumed from (`_restore` falls back)
+            if is_disk_full(error):  # a half-written ckpt-N is not resumed from (`restore` falls back)
                 raise disk_full(error, f"the checkpoint of step {step}", prefix,
                                 "The checkpoints written before are kept.") from error
             raise
@@ -148,7 +183,7 @@ class CheckpointsMixin:
         _write_checkpoint_state(directory, [p for _, p in sorted(kept)])
         return prefix
 
-    def _record_loss(self, step, loss):
+    def record_loss(self, step, loss):
         """Records the first loss of the run and the loss of the step after each checkpoint: a checkpoint is good
         when that loss was finite and sane (`_sane`), the test of a state a run can continue from."""
         changed = False
@@ -162,7 +197,7 @@ class CheckpointsMixin:
     def _write_losses(self):
         if self.chief:
             after = {str(k): v for k, v in sorted(self._losses["after"].items())}
-            write_atomically(os.path.join(self.checkpoint_dir, LOSSES_FILE),
+            write_atomically(os.path.join(self.directory, LOSSES_FILE),
                               json.dumps({"first_loss": self._losses["first_loss"], "after": after}, indent=1))
 
     def _loss_limit(self) -> float:
@@ -179,12 +214,12 @@ class CheckpointsMixin:
         """The newest of `checkpoints` ((number, prefix), newest first) whose next step had a sane loss."""
         return next(((n, p) for n, p in checkpoints if self._sane(self._losses["after"].get(n))), None)
 
-    def _diverged(self, step, loss) -> TrainingDiverged:
+    def diverged(self, step, loss) -> TrainingDiverged:
         """The error for a non-finite loss or state at `step`; moves the checkpoints after the last good one aside.
 
         The loss of step N is computed from the state saved as ckpt-(N-1), before the update, and the state is
         checked after every update: ckpt-(step-1) produced the non-finite value. A checkpoint is good when the
-        loss of the step after it was recorded finite and sane (`_record_loss`, `_sane`): finite weights alone
+        loss of the step after it was recorded finite and sane (`record_loss`, `_sane`): finite weights alone
         are not enough, an exploded state is finite a few steps before it overflows. A checkpoint without a
         record (saved by a run killed before its next step) counts as good at step - 2 or before (a finite
         loss and a finite update followed it). The newer ones are renamed `diverged-ckpt-N` (chief), so that a
@@ -194,7 +229,7 @@ class CheckpointsMixin:
             what = f"The weights or optimizer state became non-finite at step {step} (the loss was {loss:.4g})"
         else:
             what = f"Loss became {loss} at step {step}"
-        directory = self.checkpoint_dir
+        directory = self.directory
         found = [(n, p) for n, p in checkpoint_files.on_disk(directory) if n <= step - 1]  # newest first
         after = self._losses["after"]
 
@@ -257,11 +292,9 @@ def _write_checkpoint_state(directory, prefixes):
     write_atomically(os.path.join(directory, "checkpoint"), "\n".join(lines) + "\n")
 
 
-# What a failing input pipeline raises: a file that does not decode (InvalidArgument), is gone (NotFound), cannot
-
 
 def _read_losses(directory) -> dict:
-    """The loss record of `CheckpointsMixin._record_loss` ({"first_loss": x, "after": {checkpoint number:
+    """The loss record of `RunCheckpoints.record_loss` ({"first_loss": x, "after": {checkpoint number:
     loss}}), empty when there is none (or it cannot be read: it only refines which checkpoint is good)."""
     path = os.path.join(directory, LOSSES_FILE)
     try:

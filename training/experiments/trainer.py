@@ -1,11 +1,11 @@
 """The runs of `training.experiments`: one compiled model per architecture, reinitialised for each run and trained
 with `model.fit` for its family's budget; each run scored (test and few-shot accuracy, the training FLOPs
-actually spent) and, for the Figure 7 runs, measured at initialisation and trained (`training.experiments_probes`).
+actually spent) and, for the Figure 7 runs, measured at initialisation and trained (`training.experiments.probes`).
 
-A `setup` here is a `training.experiments.Setup`.
+A `setup` here is a `training.experiments.app.Setup`.
 
 Example:
-    >>> from training.experiments import Setup
+    >>> from training.experiments.app import Setup
     >>> steps_for(Setup(), "bit"), steps_for(Setup(steps=5), "bit")
     (600, 5)
 """
@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from training.experiments_models import PATCH, models_of
+from training.experiments.models import PATCH, models_of
 
 HEADLINE_SHOTS = 5  # the few-shot accuracy of the figures (paper Figure 4: linear 5-shot)
 EVAL_BATCH_SIZE = 256  # images per forward pass of the evaluations (accuracy, few-shot features)
@@ -164,8 +164,8 @@ def train_runs(setup, plan, probed, log=print) -> dict:
     """
     from training import data, distribute, fewshot, progress
     from training.optim import fitted_warmup
-    from training.experiments_data import check_images, nested_subsets, split_labels, splits, train_dataset
-    from training.experiments_probes import figure7, uniform_distance
+    from training.experiments.data import check_images, nested_subsets, split_labels, splits, train_dataset
+    from training.experiments.probes import figure7, uniform_distance
     from training.sources import dataset_source
 
     models = models_of(setup.preset)

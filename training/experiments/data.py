@@ -1,7 +1,7 @@
 """The data of the runs of `training.experiments`: its splits, the app's check of a folder dataset's images,
 nested class-stratified subsets of the training split, and the endless augmented batches of one subset.
 
-A `setup` here is a `training.experiments.Setup`.
+A `setup` here is a `training.experiments.app.Setup`.
 """
 
 from __future__ import annotations
