@@ -133,6 +133,11 @@ class Config:
     weights: str | None = _field(
         None, "Initial weights for fine-tuning: a published name or a file (keras_vit.ViT(weights=)).")
     zero_head: bool = _field(False, "Zero-initialise the head (on in --recipe=finetune).")
+    lora_rank: int | None = _field(None, "Fine-tune LoRA adapters of this rank (keras_vit's enable_lora) with the "
+                                   "encoder frozen (the head trains); the export merges them.", lower_bound=1,
+                                   vit_only=True)
+    lora_targets: str = _field("query,value", "The projections LoRA adapts, comma-separated among query, key, value, "
+                               "out, mlp_dense_1, mlp_dense_2.", vit_only=True)
     # Data.
     dataset: str | None = _field(
         "digits", "digits (embedded), folder:PATH (ImageFolder) or a tensorflow-datasets name.")
@@ -253,7 +258,7 @@ RANGES: dict[str, Range] = {
     # The model: the largest published ViT (H/14, G/14) is far inside these.
     "patch_size": Range(1, 1024), "hidden_size": Range(1, 65_536), "num_layers": Range(1, 1024),
     "num_heads": Range(1, 1024), "mlp_dim": Range(1, 262_144), "representation_size": Range(1, 65_536),
-    "head_bias_init": Range(-100.0, 100.0),
+    "head_bias_init": Range(-100.0, 100.0), "lora_rank": Range(1, 65_536),
     "dropout_rate": Range(0.0, 1.0, high_open=True), "drop_path_rate": Range(0.0, 1.0, high_open=True),
     # The data.
     "validation_split": Range(0.0, 1.0, low_open=True, high_open=True),

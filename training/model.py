@@ -47,6 +47,13 @@ def check_model(cfg, recipe: dict | None = None) -> None:
                 get_variant(cfg.model)
             except ValueError as error:
                 raise ValueError(f"{error} Or 'tiny', or a BiT ResNet: {', '.join(BIT_MODELS)}.") from None
+        if cfg.lora_rank is not None:
+            from keras_vit import lora
+
+            try:
+                lora.check_arguments(cfg.lora_rank, cfg.lora_targets.split(","), cfg.model_kwargs()["hidden_size"])
+            except ValueError as error:
+                raise ValueError(f"{error} (--lora_rank={cfg.lora_rank} --lora_targets={cfg.lora_targets})") from None
         return
     defaults = {f.name: f.default for f in dataclasses.fields(cfg)}
     for name in (f.name for f in dataclasses.fields(cfg) if f.metadata.get("vit_only")):  # config.VIT_ONLY_FIELDS
@@ -139,6 +146,8 @@ def model_from_config(cfg, num_classes: int):
     `cfg.zero_head` zero-initialises the head (fine-tuning, Appendix B.1.1; a BiT head starts at zero
     anyway); `cfg.head_bias_init` sets the head bias (-10 in the imagenet21k pre-training).
 
+    `cfg.lora_rank` enables LoRA on `cfg.lora_targets` (`keras_vit.lora`) after the weights are loaded.
+
     `cfg.weights` naming a run another process is training is refused (`training.workdir_lock.check_not_training`).
     A fine-tune whose workdir records its source (`SOURCE_KEY`) and holds checkpoints, when that source is gone or
     changed since, is rebuilt from the recorded architecture (its checkpoints then restore every weight), said in
@@ -150,6 +159,8 @@ def model_from_config(cfg, num_classes: int):
         if cfg.weights is not None and os.path.realpath(str(cfg.weights)) != os.path.realpath(cfg.workdir):
             workdir_lock.check_not_training(cfg.weights)  # (its own workdir is held by this very run)
         model = _model_of_record(cfg, num_classes) or _build(cfg, num_classes)
+        if cfg.lora_rank is not None:
+            model.enable_lora(cfg.lora_rank, tuple(cfg.lora_targets.split(",")))
     except workdir_lock.WorkdirLocked as error:
         raise ModelBuildError(str(error)) from None
     except ValueError as error:

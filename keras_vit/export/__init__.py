@@ -32,6 +32,13 @@ from keras_vit.export.limits import (  # noqa: F401  (no TensorFlow: the CLI rea
 logger = logging.getLogger(__name__)
 
 
+def serving_form(model):
+    """The model an export writes: `model`, or with LoRA adapters merged into its kernels (`merge_lora`)."""
+    from keras_vit import lora
+
+    return model.merge_lora() if lora.enabled_layers(model) else model
+
+
 def _check_tensorflow_backend():
     import keras
 
@@ -120,6 +127,7 @@ def export_saved_model(
                     max_jpeg_scans=max_jpeg_scans, max_gif_blocks=max_gif_blocks,
                     max_png_idat_ratio=max_png_idat_ratio)  # a ValueError before anything is written
     precision_utils.check_precision(precision)
+    model = serving_form(model)
     spec = signatures.inspect_model(model, preprocessing)
     export_base = os.fspath(export_base)
     version, path = versions.resolve(export_base, version, overwrite)
@@ -145,7 +153,8 @@ def export_tflite(model, path, quantize=None, preprocessing="auto", overwrite=Fa
     from keras_vit.export import tflite
 
     _check_tensorflow_backend()
-    return tflite.export(model, path, quantize=quantize, preprocessing=preprocessing, overwrite=overwrite)
+    return tflite.export(serving_form(model), path, quantize=quantize, preprocessing=preprocessing,
+                         overwrite=overwrite)
 
 
 def export_onnx(model, path, preprocessing="auto", opset=None, overwrite=False) -> str:
@@ -153,7 +162,7 @@ def export_onnx(model, path, preprocessing="auto", opset=None, overwrite=False) 
     from keras_vit.export import onnx
 
     _check_tensorflow_backend()
-    return onnx.export(model, path, preprocessing=preprocessing, opset=opset, overwrite=overwrite)
+    return onnx.export(serving_form(model), path, preprocessing=preprocessing, opset=opset, overwrite=overwrite)
 
 
 def export_openvino(model, export_base, version=None, precision="float32", calibration_images=None,
@@ -162,7 +171,7 @@ def export_openvino(model, export_base, version=None, precision="float32", calib
     from keras_vit.export import openvino
 
     _check_tensorflow_backend()
-    return openvino.export(model, export_base, version=version, precision=precision,
+    return openvino.export(serving_form(model), export_base, version=version, precision=precision,
                            calibration_images=calibration_images, max_batch_size=max_batch_size,
                            preprocessing=preprocessing, overwrite=overwrite)
 
