@@ -27,8 +27,8 @@ TINY = dict(image_size=16, patch_size=8, hidden_size=16, num_layers=1, num_heads
 ATTEMPT = r"""
 import json, resource, sys, time
 import keras_vit
-from keras_vit import loading, vit  # Keras and TensorFlow imported before the clock starts
-from keras_vit.checkpoints import own, untrusted
+from keras_vit import vit  # Keras and TensorFlow imported before the clock starts
+from keras_vit.checkpoints import loading, own, untrusted
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 start = time.perf_counter()
 try:

@@ -28,11 +28,12 @@ def _build(arch, seed=0, **options):
     import keras
 
     import keras_vit
+    from keras_vit import model_parts
 
     keras.utils.set_random_seed(seed)
     model = keras_vit.ViT(classifier_activation=None, **arch, **options)
     # The head is zero-initialised (as the official code); random values make its logits informative.
-    head = keras_vit.model_parts.head(model)
+    head = model_parts.head(model)
     rng = np.random.default_rng(seed)
     head.kernel.assign(rng.normal(0.0, 0.02, head.kernel.shape).astype("float32"))
     return model

@@ -14,7 +14,6 @@ before any `.keras` file can be loaded: at once when Keras is already imported, 
 import importlib as _importlib
 import importlib.abc as _importlib_abc
 import importlib.metadata as _metadata
-import importlib.util as _importlib_util
 import logging as _logging
 import sys as _sys
 
@@ -40,15 +39,29 @@ _EXPORTS = {
     "forward_flops": "keras_vit.flops",
     "preprocess_input": "keras_vit.preprocessing",
     "decode_predictions": "keras_vit.preprocessing",
-    "WeightsDownloadError": "keras_vit.download",
-    "WeightsChecksumError": "keras_vit.download",
+    "WeightsDownloadError": "keras_vit.checkpoints.download",
+    "WeightsChecksumError": "keras_vit.checkpoints.download",
     "list_models": "keras_vit.registry",
     "list_weights": "keras_vit.registry",
 }
 
-PUBLIC_MODULES = ("layers", "loading", "weights", "variants", "preprocessing", "export", "inspect", "convert",
-                  "download", "pos_embed", "initialization", "extras")
-"""The submodules the documentation names; `dir(keras_vit)` lists them beside `__all__`."""
+PUBLIC_MODULES = {
+    "layers": "keras_vit.layers",
+    "loading": "keras_vit.checkpoints.loading",
+    "weights": "keras_vit.weights",
+    "variants": "keras_vit.variants",
+    "preprocessing": "keras_vit.preprocessing",
+    "export": "keras_vit.export",
+    "inspect": "keras_vit.inspect",
+    "convert": "keras_vit.convert",
+    "download": "keras_vit.checkpoints.download",
+    "pos_embed": "keras_vit.checkpoints.pos_embed",
+    "initialization": "keras_vit.initialization",
+    "extras": "keras_vit.extras",
+}
+"""The modules the documentation names (`keras_vit.loading`, ...) -> where each lives. They, and the names of
+`__all__`, are what `keras_vit.<name>` resolves; `dir(keras_vit)` lists both. Every other module is internal:
+`keras_vit.model_parts` is an AttributeError unless something has imported it (import it by its full name)."""
 
 __all__ = [
     "ViT",
@@ -91,8 +104,10 @@ def __getattr__(name):
         value = getattr(_importlib.import_module(_EXPORTS[name]), name)
         globals()[name] = value
         return value
-    if not name.startswith("_") and _importlib_util.find_spec(f"{__name__}.{name}") is not None:
-        return _importlib.import_module(f"{__name__}.{name}")  # `keras_vit.loading`, ... without an import
+    if name in PUBLIC_MODULES:  # `keras_vit.loading`, ... without an import
+        value = _importlib.import_module(PUBLIC_MODULES[name])
+        globals()[name] = value
+        return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -106,20 +121,51 @@ def _import_all():
         __getattr__(name)
 
 
+def _register() -> None:
+    """Registers keras_vit's layers (imports every public name); an error says it was this registration's.
+
+    Raises:
+        ImportError: naming keras_vit's registration, the error as its cause.
+    """
+    try:
+        _import_all()
+    except Exception as error:
+        raise ImportError(
+            f"keras_vit could not register its layers with Keras after `import keras` ({type(error).__name__}: "
+            f"{error}); `.keras` files holding keras_vit layers would not load."
+        ) from error
+
+
+def _importing_keras_vit(but=None) -> bool:
+    """Whether a keras_vit module (other than `but`) is being executed: its import started and has not ended."""
+    return any(getattr(getattr(module, "__spec__", None), "_initializing", False)
+               for name, module in list(_sys.modules.items())
+               if name != but and (name == __name__ or name.startswith(__name__ + ".")))
+
+
 class _AfterKerasImport(_importlib_abc.MetaPathFinder):
     """Registers keras_vit's layers right after `import keras` runs, before the importer gets Keras back.
 
-    It stays on `sys.meta_path` until Keras has actually been executed: `importlib.util.find_spec("keras")`
-    alone (which `import tensorflow` calls to locate Keras without importing it) consults it too, and the
-    spec such a call gets is never loaded. Every spec it hands out for `keras` runs the registration after
-    Keras's own module code, whichever importer loads it.
+    It stays on `sys.meta_path` until Keras has actually been executed and the registration has run:
+    `importlib.util.find_spec("keras")` alone (which `import tensorflow` calls to locate Keras without importing
+    it) consults it too, and the spec such a call gets is never loaded. Every spec it hands out for `keras` runs
+    the registration after Keras's own module code, whichever importer loads it.
+
+    When Keras is imported by a keras_vit module being imported (`import keras_vit.layers` in a fresh process),
+    the registration, which imports that module too, waits until the outermost keras_vit module being imported
+    has run: until the registration has run, the finder hands out keras_vit's own modules with that step after
+    their code. A registration that fails is not swallowed: the import that ran it raises an ImportError naming
+    keras_vit's registration, with the error as its cause.
     """
 
+    pending = False
+    """Keras was imported while a keras_vit module was being imported: the registration waits for its end."""
+
     def find_spec(self, fullname, path=None, target=None):
-        if fullname != "keras":
+        if fullname != "keras" and not fullname.startswith(__name__ + "."):
             return None
         spec = None
-        for finder in _sys.meta_path:  # the finders after this one locate the real package
+        for finder in _sys.meta_path:  # the finders after this one locate the real module
             if finder is self or isinstance(finder, _AfterKerasImport) or not hasattr(finder, "find_spec"):
                 continue
             spec = finder.find_spec(fullname, path, target)
@@ -130,16 +176,25 @@ class _AfterKerasImport(_importlib_abc.MetaPathFinder):
         exec_module = spec.loader.exec_module
         finder = self
 
-        def exec_then_register(module):
-            exec_module(module)
+        def register():
             if finder in _sys.meta_path:
                 _sys.meta_path.remove(finder)  # Keras is loaded: once is enough
-            try:
-                _import_all()
-            except Exception:  # noqa: BLE001  an unusable backend: the error shows where keras_vit is used
-                pass
+            finder.pending = False
+            _register()
 
-        spec.loader.exec_module = exec_then_register
+        def exec_then_register(module):
+            exec_module(module)
+            if _importing_keras_vit():
+                finder.pending = True  # importing keras_vit's modules now would find them half-run
+            else:
+                register()
+
+        def exec_then_register_if_pending(module):
+            exec_module(module)
+            if finder.pending and not _importing_keras_vit(but=fullname):
+                register()
+
+        spec.loader.exec_module = exec_then_register if fullname == "keras" else exec_then_register_if_pending
         return spec
 
 

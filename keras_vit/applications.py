@@ -6,8 +6,9 @@ pooling, classes, classifier_activation`. The models themselves are `keras_vit.v
 import functools
 import inspect
 
-from keras_vit import validation, variants, vit, weights_files
+from keras_vit import validation, variants, vit
 from keras_vit.bit import BiT_R50x1
+from keras_vit.checkpoints import weights_files
 from keras_vit.variants import VARIANTS, Variant
 from keras_vit.weights import DEFAULT_WEIGHTS, IMAGENET_WEIGHTS
 
@@ -165,8 +166,7 @@ def ViT(
             f"zero). Received: initialization={initialization!r}, weights={weights!r}. Leave it unset."
         )
     arguments["initialization"] = "official"  # loading overwrites it: no second random draw
-    from keras_vit import loading
-    from keras_vit.checkpoints import architecture, own
+    from keras_vit.checkpoints import architecture, loading, own
 
     validation.check_before_loading(arguments)  # before any download or read
     validation.check_choice("tokenizer", tokenizer, (None, *vit.TOKENIZERS))
@@ -352,8 +352,7 @@ def model_from_name(model: str, weights=None, **kwargs):
         raise ValueError(
             f"Unknown model. Received: {model!r}. Known: {', '.join(sorted(CONSTRUCTORS))}, or a `.keras` file."
         )
-    from keras_vit import loading
-    from keras_vit.checkpoints import own
+    from keras_vit.checkpoints import loading, own
 
     loaded = own.load_keras_model(model)
     if weights is not None:

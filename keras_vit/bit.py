@@ -166,7 +166,7 @@ def BiT(
         >>> model.output_shape
         (None, 32)
     """
-    from keras_vit.weights_files import none_if_none
+    from keras_vit.checkpoints.weights_files import none_if_none
 
     weights = none_if_none(weights)
     body = dict(block_units=block_units, width=width, groups=groups)

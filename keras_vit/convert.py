@@ -16,9 +16,10 @@ import os
 
 from absl import flags
 
-from keras_vit import cli, model_parts, weights_files
+from keras_vit import cli, model_parts
+from keras_vit.checkpoints import weights_files
 from keras_vit.cli import model as cli_model
-from keras_vit.download import sha256
+from keras_vit.checkpoints.download import sha256
 
 
 def source_file(source, variant: str | None = None) -> str | None:

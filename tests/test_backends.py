@@ -16,12 +16,13 @@ import pytest
 SCRIPT = textwrap.dedent(
     """
     import numpy as np, keras, keras_vit, tempfile, os
+    from keras_vit import model_parts
     assert keras.backend.backend() == os.environ["KERAS_BACKEND"]
     model = keras_vit.ViT(image_size=32, patch_size=8, hidden_size=32, num_layers=2, num_heads=4, mlp_dim=64,
                           classes=5, drop_path_rate=0.1, dropout_rate=0.1)
     x = np.random.default_rng(0).uniform(-1, 1, (4, 32, 32, 3)).astype("float32")
     out = keras.ops.convert_to_numpy(model(x))
-    _, probs = keras_vit.model_parts.encoder_blocks(model)[0].attention(np.zeros((1, 3, 32), "float32"), return_attention_scores=True)
+    _, probs = model_parts.encoder_blocks(model)[0].attention(np.zeros((1, 3, 32), "float32"), return_attention_scores=True)
     model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
     model.fit(x, np.arange(4) % 5, epochs=1, verbose=0)
     path = os.path.join(tempfile.mkdtemp(), "m.keras")

@@ -250,7 +250,8 @@ def test_flag_spelling_turns_the_arguments_a_tool_sets_into_its_flags():
 def test_failures_of_the_work_are_printed_in_the_words_of_the_flags(tool_flags, tmp_path, monkeypatch, capsys):
     import keras
 
-    from keras_vit import download, weights
+    from keras_vit import weights
+    from keras_vit.checkpoints import download
     from training import config, model
 
     def unreachable(**kwargs):

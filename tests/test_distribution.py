@@ -50,6 +50,33 @@ def test_dir_lists_the_documented_names_only():
     assert not [name for name in names if name.startswith("_") and name != "__version__"]
 
 
+SURFACE = """
+import importlib, sys
+import keras_vit
+assert "keras" not in sys.modules
+for name in ("model_parts", "applications", "checkpoints", "vit", "registry", "cli", "no_such_module"):
+    try:
+        getattr(keras_vit, name)
+    except AttributeError:
+        continue
+    raise AssertionError(f"keras_vit.{name} is reachable without an import: it is not a documented module")
+assert not hasattr(keras_vit, "model_parts")
+for name, where in keras_vit.PUBLIC_MODULES.items():
+    assert getattr(keras_vit, name) is importlib.import_module(where), (name, where)
+    assert name in dir(keras_vit)
+from keras_vit import loading, pos_embed  # a public module by its documented name, from an import too
+assert loading.load_weights and pos_embed.resample_position_embedding
+print("ok")
+"""
+
+
+def test_only_the_documented_modules_are_attributes_of_a_fresh_keras_vit():
+    env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3")
+    result = subprocess.run([sys.executable, "-c", SURFACE], capture_output=True, text=True, env=env, cwd=ROOT,
+                            timeout=300)
+    assert result.returncode == 0 and result.stdout.endswith("ok\n"), result.stdout[-2000:] + result.stderr[-3000:]
+
+
 def test_list_models_names_every_constructor():
     models = keras_vit.list_models()
     assert models[:3] == ["vit_ti16", "vit_s16", "vit_s32"] and "bit_r50x1" in models

@@ -29,7 +29,7 @@ MUST_HAVE_EXAMPLES = [
     "keras_vit.variants",
     "keras_vit.vit",
     "keras_vit.weights",
-    "keras_vit.download",
+    "keras_vit.checkpoints.download",
     "keras_vit.model_config",
     "keras_vit.checkpoints.canonical",
     "keras_vit.checkpoints.own",

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit import loading, variants
+from keras_vit import variants
+from keras_vit.checkpoints import loading
 
 SAVED = dict(image_size=16, patch_size=4, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32, classes=3,
              classifier="gap", classifier_activation=None, include_preprocessing=True, dropout_rate=0.1,

@@ -4,7 +4,8 @@
 hook). `import tensorflow` locates Keras with `importlib.util.find_spec("keras")` without importing it, which
 once consumed the hook, so `import keras_vit, tensorflow as tf, keras` and then `keras.saving.load_model`
 failed with `Could not locate class ...`. Each order loads a `.keras` file in a fresh process that never
-touches a keras_vit name (only the imports), as a serving or evaluation script would.
+touches a keras_vit name (only the imports), as a serving or evaluation script would. A registration that fails
+raises, naming keras_vit; Keras imported by a keras_vit module's own import registers everything once it has run.
 """
 
 import itertools
@@ -60,3 +61,39 @@ def test_layers_are_registered_whatever_the_import_order(saved):
             assert out.split()[-1] == str(params), (order, out)
     assert not failed, failed
 
+
+
+def _run(script):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", KERAS_BACKEND="tensorflow")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(keras_vit.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")])
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_a_failing_registration_is_not_silent():
+    result = _run("""
+import keras_vit
+def broken():
+    raise RuntimeError("no backend")
+keras_vit._import_all = broken  # what the registration runs
+try:
+    import keras
+except ImportError as error:
+    assert "keras_vit could not register its layers" in str(error) and "no backend" in str(error), error
+    assert isinstance(error.__cause__, RuntimeError)
+    print("raised")
+""")
+    assert result.returncode == 0 and result.stdout.endswith("raised\n"), result.stdout + result.stderr[-3000:]
+
+
+def test_keras_imported_by_a_keras_vit_module_registers_every_layer_once_that_module_has_run():
+    """`import keras_vit.layers` in a fresh process imports Keras half-way through keras_vit.layers: the
+    registration (which imports keras_vit.layers too) runs when that import ends, and registers the models."""
+    result = _run("""
+import keras_vit.layers
+import keras
+for name in ("PatchEncoder", "VisionTransformer", "BiTResNet"):
+    assert keras.saving.get_registered_object("keras_vit>" + name) is not None, name
+print("registered")
+""")
+    assert result.returncode == 0 and result.stdout.endswith("registered\n"), result.stdout + result.stderr[-3000:]

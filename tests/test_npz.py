@@ -9,8 +9,8 @@ import scipy.ndimage
 from numpy_reference import random_official_params, vit_forward
 
 import keras_vit
-from keras_vit import loading, model_parts
-from keras_vit.checkpoints import npz
+from keras_vit import model_parts
+from keras_vit.checkpoints import loading, npz
 
 ARCH = dict(patch_size=8, hidden_size=32, num_layers=2, num_heads=4, mlp_dim=64)
 LINEN = {"MultiHeadDotProductAttention_1": "MultiHeadDotProductAttention_0", "LayerNorm_2": "LayerNorm_1",

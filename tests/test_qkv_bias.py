@@ -8,8 +8,8 @@ from foreign_checkpoints import random_timm_tensors, rel_err, timm_forward
 from numpy_reference import random_official_params, vit_forward
 
 import keras_vit
-from keras_vit import convert, loading, model_parts
-from keras_vit.checkpoints import keras_names
+from keras_vit import convert, model_parts
+from keras_vit.checkpoints import keras_names, loading
 
 ARCH = dict(patch_size=8, hidden_size=32, num_layers=2, num_heads=4, mlp_dim=64)
 QKV = ("query", "key", "value")

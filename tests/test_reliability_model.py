@@ -16,7 +16,8 @@ import pytest
 from numpy_reference import random_official_params
 
 import keras_vit
-from keras_vit import applications, convert, loading, model_parts
+from keras_vit import applications, convert, model_parts
+from keras_vit.checkpoints import loading
 from keras_vit.layers import TransformerBlock
 
 MIB = 1 << 20

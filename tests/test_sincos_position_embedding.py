@@ -9,7 +9,8 @@ from harness import run_layer_test
 from numpy_reference import random_official_params
 
 import keras_vit
-from keras_vit import loading, model_parts
+from keras_vit import model_parts
+from keras_vit.checkpoints import loading
 from keras_vit.layers import PatchEncoder
 from keras_vit.layers.patch_encoder import sincos_2d
 

@@ -18,7 +18,8 @@ import pytest
 from numpy_reference import random_official_params, vit_forward
 
 import keras_vit
-from keras_vit import convert, download, loading, model_parts, weights
+from keras_vit import convert, model_parts, weights
+from keras_vit.checkpoints import download, loading
 from keras_vit.applications import model_from_name
 from keras_vit.variants import VARIANTS, Variant
 

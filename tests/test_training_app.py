@@ -222,7 +222,7 @@ def test_a_missing_dataset_folder_is_the_error_even_in_the_workdir_of_another_ru
 def test_published_weights_are_fetched_before_the_dataset_is_downloaded(tmp_path, monkeypatch):
     import tensorflow_datasets as tfds
 
-    from keras_vit import download
+    from keras_vit.checkpoints import download
     from training import config, loop
 
     order = []

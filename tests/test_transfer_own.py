@@ -11,8 +11,8 @@ import scipy.ndimage
 from foreign_checkpoints import random_timm_tensors, rel_err, timm_forward
 
 import keras_vit
-from keras_vit import convert, loading, model_parts
-from keras_vit.checkpoints import keras_names
+from keras_vit import convert, model_parts
+from keras_vit.checkpoints import keras_names, loading
 
 ARCH = dict(patch_size=8, hidden_size=48, num_layers=2, num_heads=3, mlp_dim=96)
 POS = keras_names.POSITION_EMBEDDING

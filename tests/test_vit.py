@@ -273,7 +273,7 @@ def test_input_tensor_must_be_a_keras_tensor(tiny):
 
 
 def test_a_local_folder_does_not_shadow_a_published_name(tmp_path, monkeypatch):
-    from keras_vit import loading
+    from keras_vit.checkpoints import loading
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "imagenet21k").mkdir()

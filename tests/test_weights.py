@@ -10,7 +10,8 @@ import pytest
 from numpy_reference import random_official_params, vit_forward
 
 import keras_vit
-from keras_vit import download, model_parts, weights
+from keras_vit import model_parts, weights
+from keras_vit.checkpoints import download
 from tools import weights_table
 from keras_vit.variants import VARIANTS, Variant
 
@@ -268,7 +269,7 @@ def test_unreachable_download_is_a_clear_error(published_tiny, monkeypatch):
 
 
 def test_load_a_published_name_into_an_existing_model(published_tiny, images):
-    from keras_vit import loading
+    from keras_vit.checkpoints import loading
 
     _, params = published_tiny
     model = keras_vit.ViT(**TINY_ARCH, image_size=32, classes=5, representation_size=32, classifier_activation=None)
@@ -280,7 +281,7 @@ def test_load_a_published_name_into_an_existing_model(published_tiny, images):
 
 def _fake_published(monkeypatch, variant, name, **shape_args):
     """Published-name flow with real shapes but no download: broadcast zero views stand in for the file."""
-    from keras_vit import loading
+    from keras_vit.checkpoints import loading
     from keras_vit.checkpoints.canonical import Checkpoint
 
     shapes = random_official_params(np.random.default_rng(0), **shape_args)

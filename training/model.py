@@ -86,7 +86,7 @@ def fetch_weights(cfg) -> str | None:
 
     if is_bit(cfg.model) or not weights_table.is_name(cfg.weights):
         return None
-    from keras_vit import download, weights_files
+    from keras_vit.checkpoints import download, weights_files
 
     variant = variants.find_variant(cfg.model_kwargs())  # as keras_vit.ViT finds it
     try:

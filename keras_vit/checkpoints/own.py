@@ -31,7 +31,7 @@ from keras_vit import model_config, model_parts
 from keras_vit.checkpoints import keras_names, untrusted
 from keras_vit.checkpoints.runs import RUN_MODEL, is_run, model_file  # noqa: F401  (public here too)
 from keras_vit.checkpoints.canonical import Checkpoint, check_finite
-from keras_vit.weights_files import check_keras_archive, is_keras_weights, is_path
+from keras_vit.checkpoints.weights_files import check_keras_archive, is_keras_weights, is_path
 
 log = logging.getLogger("keras_vit")
 

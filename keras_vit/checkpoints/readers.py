@@ -59,7 +59,7 @@ def read_checkpoint(path, num_heads: int | None = None) -> Checkpoint:
     if kind in READERS:
         return READERS[kind](path, num_heads)
     if kind == "keras_model":
-        from keras_vit.weights_files import check_keras_archive
+        from keras_vit.checkpoints.weights_files import check_keras_archive
 
         check_keras_archive(path)
     raise ValueError(

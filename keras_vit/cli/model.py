@@ -194,7 +194,8 @@ def model_from_flag_values(model, weights=None, *, image_size=None, classes=None
     Raises:
         ValueError: an unknown name, flags a `.keras` model cannot take, or any loading error.
     """
-    from keras_vit import applications, weights_files
+    from keras_vit import applications
+    from keras_vit.checkpoints import weights_files
 
     weights = weights_files.none_if_none(weights)
     keras_file = model if model is not None and model.endswith(".keras") else None

@@ -15,7 +15,7 @@ at WARNING, so that Python prints them to stderr even when logging is not config
 the count of loaded arrays at INFO. A raw ImageNet-21k zero head used for inference raises a `UserWarning`.
 
 This module plans, assigns and reports. The steps before it each have their own place: what a `weights` argument
-names and where its file is (`keras_vit.weights_files`), the reader of each format
+names and where its file is (`keras_vit.checkpoints.weights_files`), the reader of each format
 (`keras_vit.checkpoints.readers`, formats told by `keras_vit.checkpoints.detect`), and the `ViT` arguments a
 checkpoint implies (`keras_vit.checkpoints.architecture`). The names of the model's layers are those of
 `keras_vit.model_parts`.
@@ -31,12 +31,11 @@ import warnings
 
 import numpy as np
 
-from keras_vit import model_parts, pos_embed, variants
-from keras_vit.checkpoints import architecture, keras_names, untrusted
-from keras_vit.checkpoints import own
+from keras_vit import model_parts, variants
+from keras_vit.checkpoints import architecture, keras_names, own, pos_embed, untrusted
 from keras_vit.checkpoints.canonical import Checkpoint, LazyArray, check_finite, listing
 from keras_vit.checkpoints.readers import read_checkpoint  # noqa: F401  (public here; tests patch it here)
-from keras_vit.weights_files import (  # noqa: F401  (public here too)
+from keras_vit.checkpoints.weights_files import (  # noqa: F401  (public here too)
     check_keras_archive,
     is_keras_weights,
     is_path,

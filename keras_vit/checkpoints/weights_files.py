@@ -13,7 +13,7 @@ Example:
 import os
 import zipfile
 
-from keras_vit import download
+from keras_vit.checkpoints import download
 from keras_vit import weights as weights_table
 
 FILE_SUFFIXES = (".npz", ".h5", ".keras", ".safetensors", ".json", ".bin", ".pth", ".pt", ".ckpt")
