@@ -58,6 +58,8 @@ PUBLIC_MODULES = {
     "pos_embed": "keras_vit.checkpoints.pos_embed",
     "initialization": "keras_vit.initialization",
     "extras": "keras_vit.extras",
+    "lora": "keras_vit.lora",
+    "quantization": "keras_vit.quantization",
 }
 """The modules the documentation names (`keras_vit.loading`, ...) -> where each lives. They, and the names of
 `__all__`, are what `keras_vit.<name>` resolves; `dir(keras_vit)` lists both. Every other module is internal:

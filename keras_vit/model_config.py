@@ -16,7 +16,7 @@ import json
 
 import keras
 
-from keras_vit import lora, quantization
+from keras_vit import quantization
 
 MODEL_ATTRIBUTE = "keras_vit_model"
 """The `.weights.h5` attribute holding the model's serialized config (JSON, as a `.keras` file's config.json)."""
@@ -85,50 +85,16 @@ class ConfigModel(keras.Model):
     def get_config(self):
         policies = quantization.policy_map(self)  # a quantized model records its layers' policies, as keras-hub
         dtype = self._policy_name if policies is None else keras.saving.serialize_keras_object(policies)
-        config = {"name": self.name, "trainable": self.trainable, "dtype": dtype, **self.arguments}
-        if getattr(self, "_lora", None):
-            config["lora"] = dict(self._lora)
-        return config
+        return {"name": self.name, "trainable": self.trainable, "dtype": dtype, **self.arguments}
 
     @classmethod
     def from_config(cls, config):
-        config = dict(config)
-        record = config.pop("lora", None)
         dtype, policies = quantization.read_policy(config.get("dtype"))
         model = cls(**{**config, "dtype": dtype})
         if policies is not None:
             quantization.apply_policy_map(model, policies)
-        if record is not None:
-            model.enable_lora(record["rank"], tuple(record["targets"]), alpha=record.get("alpha"))
         return model
 
-    def enable_lora(self, rank, targets=lora.DEFAULT_TARGETS, alpha=None):
-        """LoRA adapters of `rank` on the encoder's `targets` projections, the rest of the encoder frozen
-        (`keras_vit.lora`); `alpha` scales them by `alpha / rank` (default: `rank`, i.e. 1).
-
-        Raises:
-            ValueError: LoRA already enabled, a rank outside 1..hidden_size, an unknown target, or a quantized
-                model; nothing is changed then.
-        """
-        self._lora = lora.enable(self, rank, targets, alpha)
-
-    def merge_lora(self):
-        """A plain copy of this model (no adapters, every weight trainable) whose kernels hold the adapters
-        folded in: what to export, quantize or fine-tune again. This model is unchanged."""
-        return lora.merged(self, type(self).from_config)
-
-    def save_lora_weights(self, filepath):
-        """Writes the adapters alone (a few MB for ViT-B) to `filepath` (`*.lora.h5`)."""
-        lora.save(self, getattr(self, "_lora", None), filepath)
-
-    def load_lora_weights(self, filepath):
-        """Reads adapters written by `save_lora_weights` on this architecture, enabling LoRA as the file says if
-        it is not enabled yet, and replacing the adapters it has.
-
-        Raises:
-            ValueError: a file of another architecture, rank or targets, or damaged; nothing is assigned then.
-        """
-        lora.load(self, filepath, lambda rank, targets, alpha: self.enable_lora(rank, targets, alpha))
 
     def quantize(self, mode=None, config=None, filters=None, **kwargs):
         """`keras.Model.quantize` on the layers that have a quantized form (Dense and EinsumDense: the patch

@@ -15,7 +15,7 @@ import keras
 import numpy as np
 
 from keras_vit import initialization as initialization_lib
-from keras_vit import model_config, model_parts, preprocessing, validation, variants
+from keras_vit import lora, model_config, model_parts, preprocessing, validation, variants
 from keras_vit.layers import Patches, PatchEncoder, TokenPooling, TransformerBlock
 from keras_vit.layers.patch_encoder import check_position_embedding
 from keras_vit.layers.resnet import ResNetStem
@@ -106,6 +106,49 @@ class VisionTransformer(model_config.ConfigModel):
             outputs = _graph(inputs, types.SimpleNamespace(**a))
         self._finish(inputs, outputs, name=name or "vit", trainable=trainable, arguments=a, policy_name=policy_name)
         initialization_lib.initialize(self, a["initialization"] or "scratch")
+        self._lora = None
+
+    def get_config(self):
+        config = super().get_config()
+        if self._lora:
+            config["lora"] = dict(self._lora)  # rebuilt by from_config: a LoRA model round-trips through .keras
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        record = config.get("lora")
+        model = super().from_config({key: value for key, value in config.items() if key != "lora"})
+        if record is not None:
+            model.enable_lora(record["rank"], tuple(record["targets"]), alpha=record.get("alpha"))
+        return model
+
+    def enable_lora(self, rank, targets=lora.DEFAULT_TARGETS, alpha=None):
+        """LoRA adapters of `rank` on the encoder's `targets` projections, the rest of the encoder frozen
+        (`keras_vit.lora`); `alpha` scales them by `alpha / rank` (default: `rank`, i.e. 1).
+
+        Raises:
+            ValueError: LoRA already enabled, a rank outside 1..hidden_size, an unknown target, or a quantized
+                model; nothing is changed then.
+        """
+        self._lora = lora.enable(self, rank, targets, alpha)
+
+    def merge_lora(self):
+        """A plain copy of this model (no adapters, every weight trainable) whose kernels hold the adapters
+        folded in: what to export, quantize or fine-tune again. This model is unchanged."""
+        return lora.merged(self, type(self).from_config)
+
+    def save_lora_weights(self, filepath):
+        """Writes the adapters alone (a few MB for ViT-B) to `filepath` (`*.lora.h5`)."""
+        lora.save(self, getattr(self, "_lora", None), filepath)
+
+    def load_lora_weights(self, filepath):
+        """Reads adapters written by `save_lora_weights` on this architecture, enabling LoRA as the file says if
+        it is not enabled yet, and replacing the adapters it has.
+
+        Raises:
+            ValueError: a file of another architecture, rank or targets, or damaged; nothing is assigned then.
+        """
+        lora.load(self, filepath, lambda rank, targets, alpha: self.enable_lora(rank, targets, alpha))
 
 
 def _check(a: dict) -> None:
