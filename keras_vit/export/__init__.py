@@ -176,4 +176,15 @@ def export_openvino(model, export_base, version=None, precision="float32", calib
                            preprocessing=preprocessing, overwrite=overwrite)
 
 
-__all__ = ["export_saved_model", "export_tflite", "export_onnx", "export_openvino", "Limits"]
+def export_features(extractor, export_base, version=None, max_batch_size=DEFAULT_MAX_BATCH_SIZE, preprocessing="auto",
+                    overwrite=False) -> str:
+    """Writes a SavedModel of a `keras_vit.feature_extractor` with a `features` signature; see
+    `keras_vit.export.features`."""
+    from keras_vit.export import features
+
+    _check_tensorflow_backend()
+    return features.export(extractor, export_base, version=version, max_batch_size=max_batch_size,
+                           preprocessing=preprocessing, overwrite=overwrite)
+
+
+__all__ = ["export_saved_model", "export_tflite", "export_onnx", "export_openvino", "export_features", "Limits"]

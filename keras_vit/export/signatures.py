@@ -106,6 +106,26 @@ def pixels_to_outputs(model, spec: ModelSpec, jit_compile: bool = False):
     return outputs
 
 
+def check_pixels(images, spec: ModelSpec, limits: Limits) -> list:
+    """The checks of a float signature's `images`: shape (batch, H, W, 3), batch size, pixel range (run them as
+    control dependencies)."""
+    shape = tf.shape(images)
+    expected = tf.constant([spec.height, spec.width, 3])
+    # The declared rank (4) lets graph optimisation fold a rank test away, but a server may still feed
+    # another rank: the shape padded to 4 entries then differs from (batch, H, W, 3) in its last ones.
+    rank_four = tf.equal(tf.size(shape), 4)
+    padded = tf.concat([shape, tf.zeros([4], tf.int32)], 0)[:4]
+    right_size = tf.logical_and(rank_four, tf.reduce_all(tf.equal(padded[1:], expected)))
+    size_check = tf.debugging.Assert(
+        right_size,
+        [f"`images` must be float32 (batch, {spec.height}, {spec.width}, 3) in 0..255; received shape:", shape],
+    )
+    with tf.control_dependencies([size_check]):
+        batch_check = decode.check_batch_size(padded[0], limits.max_batch_size)
+    with tf.control_dependencies([batch_check]):
+        return [Signatures._check_range(images)]
+
+
 class Signatures:
     """The signature functions of one model; `module()` puts them on a `tf.Module` with what they use.
 
@@ -130,22 +150,7 @@ class Signatures:
         self._model_outputs = pixels_to_outputs(model, spec, jit_compile)
 
     def _check_pixels(self, images):
-        spec = self._spec
-        shape = tf.shape(images)
-        expected = tf.constant([spec.height, spec.width, 3])
-        # The declared rank (4) lets graph optimisation fold a rank test away, but a server may still feed
-        # another rank: the shape padded to 4 entries then differs from (batch, H, W, 3) in its last ones.
-        rank_four = tf.equal(tf.size(shape), 4)
-        padded = tf.concat([shape, tf.zeros([4], tf.int32)], 0)[:4]
-        right_size = tf.logical_and(rank_four, tf.reduce_all(tf.equal(padded[1:], expected)))
-        size_check = tf.debugging.Assert(
-            right_size,
-            [f"`images` must be float32 (batch, {spec.height}, {spec.width}, 3) in 0..255; received shape:", shape],
-        )
-        with tf.control_dependencies([size_check]):
-            batch_check = decode.check_batch_size(padded[0], self._limits.max_batch_size)
-        with tf.control_dependencies([batch_check]):
-            return [self._check_range(images)]
+        return check_pixels(images, self._spec, self._limits)
 
     @staticmethod
     def _check_range(images):

@@ -6,6 +6,7 @@ from keras_vit.layers.patch_encoder import PatchEncoder
 from keras_vit.layers.patches import Patches
 from keras_vit.layers.pooling import TokenPooling
 from keras_vit.layers.resnet import ResNetStem, ResNetUnit, StdConv2D
+from keras_vit.layers.token_grid import TokenGrid  # noqa: F401  (internal: the feature extractor's; registered)
 from keras_vit.layers.tokenizers import ConvStem, ShiftedPatches
 from keras_vit.layers.transformer_block import TransformerBlock
 

@@ -271,11 +271,20 @@ class ResNetStem(keras.layers.Layer):
             shape = unit.compute_output_shape(shape)
 
     def call(self, images):
+        return self.stages(images)[-1]
+
+    def stages(self, images) -> list:
+        """The output of each stage (strides 4, 8, 16, ...), computed with this stem's layers: `call`'s last one.
+        On symbolic inputs it gives a functional model the stages (`keras_vit.feature_extractor`)."""
         x = ops.relu(self.gn_root(self.conv_root(images)))
         x = self.pool(x)
-        for unit in self.units:
-            x = unit(x)
-        return x
+        outputs, done = [], 0
+        for count in self.block_units:
+            for unit in self.units[done:done + count]:
+                x = unit(x)
+            done += count
+            outputs.append(x)
+        return outputs or [x]
 
     def compute_output_shape(self, input_shape):
         h, w = input_shape[1], input_shape[2]
