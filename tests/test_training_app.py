@@ -300,3 +300,48 @@ def test_a_flat_folder_trains_and_evaluates_on_its_validation_split(tmp_path):
     assert " on 4 held_out[validation_split=0.34,seed=0] images after 2 steps" in final  # 2 of each class's 6
     assert "[fit[validation_split=0.34,seed=0]: 8 images, 2 classes]" in result.stdout
     assert (tmp_path / "run" / "model.labels.txt").read_text() == "cat\ndog\n"
+
+
+@pytest.mark.e2e
+def test_a_lora_run_trains_the_adapters_only_resumes_exactly_and_exports_merged(tmp_path):
+    import tensorflow as tf
+
+    args = ["--steps=6", "--checkpoint_every=3", "--keep_checkpoints=5", "--lora_rank=2",
+            "--lora_targets=query,value,mlp_dense_1", "--learning_rate=0.01"]
+    full = tmp_path / "full"
+    result = train(full, *args)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads((full / "config.json").read_text())["lora_rank"] == 2
+    first, last = (tf.train.load_checkpoint(str(full / "checkpoints" / f"ckpt-{n}")) for n in (3, 6))
+    shapes = last.get_variable_to_shape_map()
+    # tf.train.Checkpoint files a variable under the first path that reaches it: the trained ones under the
+    # optimizer's list, the frozen ones under the model
+    trained = sorted(k for k in shapes if k.startswith("optimizer/_trainable_variables/"))
+    frozen = sorted(k for k in shapes if k.startswith("model/"))
+    assert len(trained) == 3 * 2 + 2 and len(frozen) > 10  # A and B of 3 targets in 1 block, the head
+    assert all(np.array_equal(first.get_tensor(k), last.get_tensor(k)) for k in frozen)  # the base is frozen
+    assert all(not np.array_equal(first.get_tensor(k), last.get_tensor(k)) for k in trained)
+    # resumed from checkpoint 3, it ends where the uninterrupted run ended
+    interrupted = tmp_path / "interrupted"
+    shutil.copytree(full / "checkpoints", interrupted / "checkpoints")
+    shutil.copy(full / "config.json", interrupted / "config.json")
+    for name in os.listdir(interrupted / "checkpoints"):
+        if name.startswith("ckpt-6"):
+            os.remove(interrupted / "checkpoints" / name)
+    (interrupted / "checkpoints" / "checkpoint").write_text(
+        'model_checkpoint_path: "ckpt-3"\nall_model_checkpoint_paths: "ckpt-3"\n')
+    assert train(interrupted, *args).returncode == 0
+    resumed = tf.train.load_checkpoint(str(interrupted / "checkpoints" / "ckpt-6"))
+    for name in trained:
+        np.testing.assert_allclose(resumed.get_tensor(name), last.get_tensor(name), rtol=0, atol=1e-6, err_msg=name)
+    # the export serves the merged model: the same scores as the saved LoRA model
+    import keras
+
+    import keras_vit  # noqa: F401  (registers its classes with Keras)
+
+    model = keras.saving.load_model(full / "model.keras")
+    assert model.get_config()["lora"]["targets"] == ["query", "value", "mlp_dense_1"]
+    served = tf.saved_model.load(str(full / "export" / "1")).signatures["predict_images"]
+    pixels = np.random.default_rng(0).uniform(0, 255, (2, 8, 8, 3)).astype("float32")
+    scores = list(served(images=tf.constant(pixels)).values())[0].numpy()
+    np.testing.assert_allclose(scores, keras.ops.convert_to_numpy(model(pixels / 127.5 - 1)), atol=1e-5)  # logits
