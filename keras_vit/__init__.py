@@ -38,6 +38,7 @@ _EXPORTS = {
     "BiT_R50x1": "keras_vit.bit",
     "forward_flops": "keras_vit.flops",
     "feature_extractor": "keras_vit.features",
+    "Distiller": "keras_vit.distillation",
     "preprocess_input": "keras_vit.preprocessing",
     "decode_predictions": "keras_vit.preprocessing",
     "WeightsDownloadError": "keras_vit.checkpoints.download",
@@ -61,6 +62,7 @@ PUBLIC_MODULES = {
     "extras": "keras_vit.extras",
     "lora": "keras_vit.lora",
     "quantization": "keras_vit.quantization",
+    "distillation": "keras_vit.distillation",
 }
 """The modules the documentation names (`keras_vit.loading`, ...) -> where each lives. They, and the names of
 `__all__`, are what `keras_vit.<name>` resolves; `dir(keras_vit)` lists both. Every other module is internal:
@@ -86,6 +88,7 @@ __all__ = [
     "BiT_R50x1",
     "forward_flops",
     "feature_extractor",
+    "Distiller",
     "Patches",
     "PatchEncoder",
     "TransformerBlock",

@@ -33,6 +33,7 @@ ENCODER_NORM = "encoder_norm"
 POOLING = "pooling"
 PRE_LOGITS = "pre_logits"
 HEAD = "head"
+DISTILLATION_HEAD = "head_dist"
 
 def encoder_block_name(index: int) -> str:
     """The name of Transformer block `index` (0-based): `encoder_block_{index}`."""
@@ -110,6 +111,11 @@ def pre_logits(model):
 def head(model):
     """The classification `head` Dense, or None (`include_top=False`)."""
     return _optional(model, HEAD)
+
+
+def distillation_head(model):
+    """The distillation token's `head_dist` Dense (DeiT, `distillation_token=True`), or None."""
+    return _optional(model, DISTILLATION_HEAD)
 
 
 def model_grid(model) -> tuple[int, int]:
