@@ -77,7 +77,8 @@ def ViT(
     one line). Each argument's role is declared once, in `keras_vit.variants.ARGUMENTS`.
 
     Args:
-        image_size: int or (height, width); used when `input_shape` and `input_tensor` are None
+        image_size: int or (height, width); used when `input_shape` and `input_tensor` are None, and by a model
+            of any size (`input_shape` with a None height or width) as the size its position table covers
             [the checkpoint's training resolution, else 224].
         patch_size: P; height and width must be multiples of it [16].
         hidden_size: D, the token width [768].
@@ -103,7 +104,11 @@ def ViT(
             embedding (reported on the "keras_vit" logger at WARNING, printed to stderr by default). A failed
             download raises `keras_vit.WeightsDownloadError`.
         input_tensor: optional Keras tensor (`keras.Input(...)` or a layer output) to use as the image input.
-        input_shape: (height, width, channels), channels last; overrides `image_size`.
+        input_shape: (height, width, channels), channels last; overrides `image_size`. A None height or width
+            (`(None, None, 3)`) takes any multiple of `patch_size` at run time: the position table (covering
+            `image_size`) is resampled to each batch's patch grid in the graph with `pos_embed_interpolation`,
+            as a model built at that size would be at load time (docs/MODEL.md, "Any image size at run time";
+            not for hybrids) [the checkpoint's: a keras_vit file of a model of any size gives one again].
         pooling: with `include_top=False`: None (tokens), `"token"`, `"avg"` or `"max"` (over patch tokens).
         classifier_activation: activation of the head; None for logits.
         dropout_rate: dropout after the embeddings, the attention output and in the MLP.
@@ -121,9 +126,10 @@ def ViT(
             weight standardisation) and its feature map is cut into patches of `patch_size / stride` features;
             `patch_size` (the pixels between tokens) must be a multiple of the stem's stride (16 for `"r50"`,
             32 for `"r26"` and `"r50_s32"`, 4 for `"r"`), and the image size a multiple of `patch_size`.
-        pos_embed_interpolation: how a checkpoint's position embedding is resampled to another input size:
-            `"bilinear"` (the official corner-aligned method, as `scipy.ndimage.zoom(order=1)`) or
-            `"bicubic"` (`keras_vit.pos_embed`).
+        pos_embed_interpolation: how a checkpoint's position embedding is resampled to another input size, at
+            load time and, for a model of any size, at run time: `"bilinear"` (the official corner-aligned method,
+            as `scipy.ndimage.zoom(order=1)`) or `"bicubic"` (`keras_vit.pos_embed`) [a keras_vit file of a
+            model of any size: its own].
         qkv_bias: whether the query, key and value projections have biases, as in the paper and every
             official checkpoint [the checkpoint's, else True]. A checkpoint with (non-zero) query/key/value
             biases is refused for `qkv_bias=False`, one without them for `qkv_bias=True`.
@@ -181,17 +187,20 @@ def ViT(
     else:
         checkpoint, entry = loading.open_checkpoint(weights, variants.find_variant(arguments), num_heads)
     model = vit.build(architecture.resolve_arguments(arguments, checkpoint, entry, label=weights))
-    loading.load_checkpoint(_vision_transformer(model), checkpoint, interpolation=pos_embed_interpolation or "bilinear",
-                            label=weights)
+    loading.load_checkpoint(_vision_transformer(model), checkpoint,
+                            interpolation=arguments["pos_embed_interpolation"] or "bilinear", label=weights)
     return model
 
 
 def saved_arguments(source, given) -> dict:
     """The `keras_vit.variants.SAVED_ARGUMENTS` of the keras_vit model `source` that the caller did not pass
     (`given`): what makes `ViT(weights=<its file>)` the saved model. A caller who asks for a head (`classes`,
-    `classifier_activation`) on a file saved without one gets it (`include_top=True`)."""
+    `classifier_activation`) on a file saved without one gets it (`include_top=True`); a model of any input size
+    keeps the `pos_embed_interpolation` it runs with."""
     saved = {**source.arguments, "name": source.name}
     taken = {key: saved[key] for key in variants.SAVED_ARGUMENTS if key not in given}
+    if validation.is_any_size(saved["input_shape"]) and "pos_embed_interpolation" not in given:
+        taken["pos_embed_interpolation"] = saved["pos_embed_interpolation"]  # how it runs at other sizes
     if "include_top" in taken and {"classes", "classifier_activation"} & given:
         taken["include_top"] = True
     return taken

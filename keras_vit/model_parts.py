@@ -119,7 +119,11 @@ def distillation_head(model):
 
 
 def model_grid(model) -> tuple[int, int]:
-    """The (rows, cols) patch grid the model's position embedding covers."""
+    """The (rows, cols) patch grid the model's position embedding covers (a model of any input size: the grid of
+    its `image_size`)."""
+    grid = getattr(patch_encoder(model), "grid", None)
+    if grid is not None:
+        return tuple(grid)
     layer = patches(model)
     _, height, width, _ = layer.input.shape
     return height // layer.patch_size, width // layer.patch_size

@@ -86,10 +86,12 @@ def _is_size(value) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value > 0
 
 
-def check_input_shape(input_shape) -> tuple:
-    """(height, width, channels) with known, positive integer sizes (a zero size would change the batch size).
+def check_input_shape(input_shape, any_size: bool = False) -> tuple:
+    """(height, width, channels) with known, positive integer sizes (a zero size would change the batch size);
+    with `any_size`, height and width may also be None (any size at run time, `keras_vit.ViT`).
 
-    A ViT has a learned position embedding of fixed length, so height and width must be known.
+    Without `any_size`, height and width must be known: a model with a learned position embedding of fixed
+    length (or a BiT ResNet here) is built for one size.
     """
     input_shape = tuple(input_shape)
     if len(input_shape) != 3:
@@ -97,32 +99,59 @@ def check_input_shape(input_shape) -> tuple:
             f"`input_shape` must be (height, width, channels), channels last. Received: input_shape={input_shape}"
         )
     height, width, channels = input_shape
-    if height is None or width is None:
+    if not any_size and (height is None or width is None):
         raise ValueError(
             "A ViT needs a defined spatial size: its position embedding has one row per patch. "
             "Pass `input_shape=(height, width, channels)` with integers (the position embeddings of "
             f"pretrained weights are resampled to it). Received: input_shape={input_shape}"
         )
-    if not (_is_size(height) and _is_size(width)):
+    if not all(_is_size(size) or (any_size and size is None) for size in (height, width)):
         raise ValueError(
             "The image height and width must be positive integers, multiples of the patch size, e.g. "
-            f"input_shape=(224, 224, 3). Received: input_shape={input_shape}"
+            f"input_shape=(224, 224, 3){', or None for any size at run time' if any_size else ''}. "
+            f"Received: input_shape={input_shape}"
         )
     if not _is_size(channels):
         raise ValueError(f"The channel count must be a positive integer. Received: input_shape={input_shape}")
     return input_shape
 
 
-def resolve_input_shape(image_size, input_shape, input_tensor, patch_size: int) -> tuple[int, int, int]:
-    """The model's (height, width, channels), from `input_shape`, `input_tensor` or `image_size`."""
+def resolve_input_shape(image_size, input_shape, input_tensor, patch_size: int, any_size: bool = False) -> tuple:
+    """The model's (height, width, channels), from `input_shape`, `input_tensor` or `image_size`; with `any_size`,
+    height and width may be None (any multiple of `patch_size` at run time: `nominal_size`)."""
     if input_shape is None and input_tensor is not None:
         input_shape = tuple(input_tensor.shape[1:])
     if input_shape is None:
         height, width = as_pair("image_size", image_size)
         input_shape = (height, width, 3)
-    height, width, channels = check_input_shape(input_shape)
-    check_divisible(height, width, patch_size)
-    return int(height), int(width), int(channels)
+    height, width, channels = check_input_shape(input_shape, any_size)
+    check_divisible(height or patch_size, width or patch_size, patch_size)
+    return (None if height is None else int(height)), (None if width is None else int(width)), int(channels)
+
+
+def is_any_size(input_shape) -> bool:
+    """Whether a model's (height, width, channels) leaves the height or width to run time."""
+    return input_shape is not None and len(input_shape) == 3 and None in tuple(input_shape)[:2]
+
+
+def nominal_size(input_shape, image_size, patch_size: int) -> tuple[int, int]:
+    """The (height, width) a model's position table covers: `input_shape`'s, `image_size`'s where it has None.
+
+    Example:
+        >>> nominal_size((None, None, 3), 224, 16), nominal_size((None, 64, 3), (32, 48), 16)
+        ((224, 224), (32, 64))
+    """
+    pair = as_pair("image_size", image_size)
+    size = tuple(pair[axis] if input_shape[axis] is None else int(input_shape[axis]) for axis in (0, 1))
+    bad = [(axis, value) for axis, value in zip(("height", "width"), size) if value % patch_size]
+    if bad:
+        hints = "; ".join(f"{axis} {value} -> {_divisible_neighbours(value, patch_size)}" for axis, value in bad)
+        raise ValueError(
+            f"`image_size` is the size the position embedding covers in a model of any input size: it must be "
+            f"divisible by the patch size {patch_size} ({hints} would work). Received: image_size={image_size!r}, "
+            f"input_shape={tuple(input_shape)}"
+        )
+    return size
 
 
 def check_before_loading(arguments: dict) -> None:
@@ -137,4 +166,4 @@ def check_before_loading(arguments: dict) -> None:
     if arguments.get("layer_norm_epsilon") is not None:
         check_positive_number("layer_norm_epsilon", arguments["layer_norm_epsilon"])
     if arguments.get("input_shape") is not None:
-        check_input_shape(arguments["input_shape"])
+        check_input_shape(arguments["input_shape"], any_size=True)

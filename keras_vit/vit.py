@@ -53,7 +53,8 @@ def build(arguments: dict) -> "VisionTransformer":
         return VisionTransformer(input_tensor=input_tensor, **arguments)
     # A tensor computed by other layers: the ViT is one layer of a model from that tensor's own inputs.
     shape = validation.resolve_input_shape(None, arguments.get("input_shape"), input_tensor,
-                                           arguments.get("patch_size") or variants.DEFAULTS["patch_size"])
+                                           arguments.get("patch_size") or variants.DEFAULTS["patch_size"],
+                                           any_size=True)
     vit = VisionTransformer(**{**arguments, "input_shape": shape})
     return keras.Model(keras.utils.get_source_inputs(input_tensor), vit(input_tensor), name=vit.name)
 
@@ -99,8 +100,12 @@ class VisionTransformer(model_config.ConfigModel):
         a = variants.with_defaults({**ARGUMENTS, **{k: model_config.plain(v) for k, v in arguments.items()}})
         _check(a)
         a["input_shape"] = validation.resolve_input_shape(a["image_size"], a["input_shape"], input_tensor,
-                                                           a["patch_size"])
-        a["image_size"] = None  # resolved into input_shape
+                                                           a["patch_size"], any_size=True)
+        if validation.is_any_size(a["input_shape"]):  # image_size: what the position table covers
+            _check_any_size(a)
+            a["image_size"] = validation.nominal_size(a["input_shape"], a["image_size"], a["patch_size"])
+        else:
+            a["image_size"] = None  # resolved into input_shape
         with model_config.dtype_policy(dtype) as policy_name:
             inputs = input_tensor if input_tensor is not None else keras.Input(shape=a["input_shape"], name="images")
             outputs = _graph(inputs, types.SimpleNamespace(**a))
@@ -186,6 +191,15 @@ def _check(a: dict) -> None:
     variants.resolve_hybrid(a["hybrid"], a["patch_size"])
 
 
+def _check_any_size(a: dict) -> None:
+    """Refuses what a model of any input size (`input_shape` with None height or width) cannot be."""
+    if a["hybrid"] is not None:
+        raise ValueError(
+            "A hybrid's ResNet stem is built for one input size here: `input_shape` with a None height or width "
+            f"takes a plain ViT. Received: input_shape={tuple(a['input_shape'])}, hybrid={a['hybrid']!r}. Pass "
+            "`input_shape=(height, width, channels)` with integers (multiples of the patch size) for a hybrid.")
+
+
 def _graph(inputs, a):
     """The paper's data path from `inputs` to the model's output, one line per stage."""
     stem = variants.resolve_hybrid(a.hybrid, a.patch_size)
@@ -198,14 +212,17 @@ def _graph(inputs, a):
         x = ResNetStem(**stem, name=model_parts.RESNET_STEM)(x)
     elif a.tokenizer == "conv":
         x = ConvStem(conv_stem_widths(a.patch_size, a.hidden_size), name=model_parts.CONV_STEM)(x)
+    any_size = validation.is_any_size(a.input_shape)  # the patches keep their grid, read at run time
     if a.tokenizer == "shifted_patches":
-        x = ShiftedPatches(a.patch_size, epsilon=a.layer_norm_epsilon, name=model_parts.PATCHES)(x)
+        x = ShiftedPatches(a.patch_size, epsilon=a.layer_norm_epsilon, flatten=not any_size,
+                           name=model_parts.PATCHES)(x)
     else:
         x = Patches(variants.feature_patch_size(stem, a.patch_size) if a.tokenizer == "patches" else 1,
-                    name=model_parts.PATCHES)(x)
-    grid = (a.input_shape[0] // a.patch_size, a.input_shape[1] // a.patch_size)
+                    flatten=not any_size, name=model_parts.PATCHES)(x)
+    height, width = a.image_size if any_size else a.input_shape[:2]
     x = PatchEncoder(a.hidden_size, use_class_token=use_class_token, dropout_rate=a.dropout_rate,
-                     position_embedding=a.pos_embedding, grid=grid, name=model_parts.PATCH_ENCODER)(x)
+                     position_embedding=a.pos_embedding, grid=(height // a.patch_size, width // a.patch_size),
+                     interpolation=a.pos_embed_interpolation or "bilinear", name=model_parts.PATCH_ENCODER)(x)
     for i in range(a.num_layers):
         x = TransformerBlock(
             a.num_heads,

@@ -209,8 +209,8 @@ def test_mixed_precision(tiny, images, policy):
     [
         (dict(image_size=30), r"divisible by the patch size 8 \(height 30 -> 24 or 32; width 30 -> 24 or 32"),
         (dict(input_shape=(32, 36, 3)), r"width 36 -> 32 or 40.*input_shape=\(32, 36"),
-        (dict(input_shape=(None, None, 3)), r"defined spatial size.*input_shape=\(None, None, 3\)"),
-        (dict(input_shape=(None, None, 3), include_top=False), r"defined spatial size"),
+        (dict(input_shape=(None, None, 3), image_size=30), r"image_size=30.*input_shape=\(None, None, 3\)"),
+        (dict(input_shape=(None, None, 0)), r"channel count.*input_shape=\(None, None, 0\)"),
         (dict(input_shape=(32, 32)), r"input_shape=\(32, 32\)"),
         (dict(classifier="cls"), r"classifier='cls'"),
         (dict(include_top=False, pooling="mean"), r"pooling='mean'"),

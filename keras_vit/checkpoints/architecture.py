@@ -186,6 +186,10 @@ def _grid(checkpoint: Checkpoint, stride: int, side: int, num_patches: int) -> t
     """The position embedding's patch grid: from the input shape a keras_vit file carries, else when square."""
     if checkpoint.arguments is not None:
         height, width = checkpoint.arguments["input_shape"][:2]
+        if height is None or width is None:  # a model of any size: its table covers its image_size
+            size = checkpoint.arguments["image_size"]
+            pair = (size, size) if isinstance(size, int) else tuple(size)
+            height, width = pair[0] if height is None else height, pair[1] if width is None else width
         if num_patches < 0 or (height // stride) * (width // stride) == num_patches:
             return height // stride, width // stride
     return (side, side) if side * side == num_patches and side > 0 else None
@@ -245,7 +249,7 @@ def resolve_arguments(arguments: dict, checkpoint: Checkpoint, entry=None, label
     _resolve_architecture(args, arch, checkpoint, label)
     _resolve_head(args, arch, label)
     _resolve_numerics(args, checkpoint)
-    _resolve_input(args, arch, entry, label)
+    _resolve_input(args, arch, entry, label, checkpoint.arguments)
     return args
 
 
@@ -334,15 +338,23 @@ def _resolve_numerics(args: dict, checkpoint: Checkpoint) -> None:
                         "the source model.", key, args[key], checkpoint.source, value)
 
 
-def _resolve_input(args: dict, arch: CheckpointArchitecture, entry, label) -> None:
+def _resolve_input(args: dict, arch: CheckpointArchitecture, entry, label, saved: dict | None = None) -> None:
+    """The input shape: the caller's, else the checkpoint's resolution (a keras_vit file of a model of any size:
+    any size again); the `image_size` a model of any size keeps its table at: the caller's, else the checkpoint's."""
     shape = args.get("input_shape")
     tensor = args.get("input_tensor")
     if shape is None and tensor is not None:
         shape = tuple(tensor.shape[1:])
+    trained_at = arch.image_size or (entry.image_size if entry else variants.DEFAULTS["image_size"])
+    if shape is None and args.get("image_size") is None and saved is not None and \
+            None in tuple(saved["input_shape"])[:2]:
+        shape = args["input_shape"] = (*tuple(saved["input_shape"])[:2], arch.channels)
+    if shape is not None and len(shape) == 3 and None in tuple(shape)[:2] and args.get("image_size") is None:
+        args["image_size"] = trained_at  # a model of any size keeps the checkpoint's table
     if shape is None:
         size = args.get("image_size")
         if size is None:
-            size = arch.image_size or (entry.image_size if entry else variants.DEFAULTS["image_size"])
+            size = trained_at
         height, width = (size, size) if isinstance(size, int) else tuple(size)
         args["input_shape"] = (height, width, arch.channels)
         return

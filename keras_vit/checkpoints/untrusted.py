@@ -177,11 +177,14 @@ def _resnet_parameters(units: tuple, width: int, channels: int) -> int:
 
 def _image_shape(arguments: dict, label) -> tuple[int, int, int]:
     shape = arguments.get("input_shape")
+    size = arguments.get("image_size") or 224
+    pair = (size, size) if isinstance(size, int) else size
     if shape is None:
-        size = arguments.get("image_size") or 224
-        shape = (size, size, 3) if isinstance(size, int) else (*size, 3)
+        shape = (*pair, 3)
     if not isinstance(shape, (list, tuple)) or len(shape) != 3:
         raise _refuse(label, f"declares input_shape={str(shape)[:80]} (height, width, channels)")
+    if isinstance(pair, (list, tuple)) and len(pair) == 2:  # a model of any size: its table covers image_size
+        shape = tuple(pair[axis] if shape[axis] is None else shape[axis] for axis in (0, 1)) + (shape[2],)
     height = _int_field({"height": shape[0]}, "height", label, "image_side")
     width = _int_field({"width": shape[1]}, "width", label, "image_side")
     channels = _int_field({"channels": shape[2]}, "channels", label, "channels")

@@ -51,8 +51,11 @@ def inspect_model(model: keras.Model, preprocessing: str = "auto") -> ModelSpec:
     input_shape = tuple(model.input_shape)
     if len(input_shape) != 4 or input_shape[3] != 3 or not all(isinstance(d, int) for d in input_shape[1:3]):
         raise ValueError(
-            "The model must take images of a fixed size, (batch, height, width, 3). "
-            f"Received a model with input_shape={input_shape}"
+            "The model must take images of a fixed size, (batch, height, width, 3): the export resizes every "
+            "request to it. Received a model with input_shape="
+            f"{input_shape}. For a model of any input size, export the size to serve: "
+            "`keras_vit.ViT(weights=<its file>, input_shape=(height, width, 3))` (its position table resampled "
+            "as the model does at run time)."
         )
     output_shape = tuple(model.output_shape)
     if len(output_shape) != 2:

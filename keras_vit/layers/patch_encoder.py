@@ -1,6 +1,7 @@
 """`PatchEncoder`: linear patch projection, [class] token and position embedding (eq. 1): learned 1-D, or fixed
 2-D sin-cos (`sincos_2d`). The kinds of position embedding are this layer's: `POSITION_EMBEDDINGS`,
-`check_position_embedding`."""
+`check_position_embedding`. `resize_grid`: the learned table resampled to another patch grid inside the graph
+(a model of any input size), as `keras_vit.checkpoints.pos_embed` does at load time."""
 
 import keras
 import numpy as np
@@ -10,6 +11,79 @@ from keras_vit import variants
 
 POSITION_EMBEDDINGS = variants.choices("pos_embedding")
 """`keras_vit.ViT(pos_embedding=...)`: the paper's learned 1-D table, or big_vision's fixed 2-D sin-cos one."""
+
+INTERPOLATIONS = variants.choices("pos_embed_interpolation")
+
+
+def _taps(size_in: int, size_out, method: str):
+    """[(indices, weights)] of the input rows each of `size_out` output rows mixes: the rows of
+    `keras_vit.checkpoints.pos_embed`'s interpolation matrices (corner-aligned bilinear, or Keys' cubic with
+    half-pixel centres, taps outside the grid dropped and the rest renormalised), for a `size_out` that may be a
+    tensor (a graph traced for any size). An output grid equal to the input's gives weights 1 and 0 exactly."""
+    out = ops.cast(size_out, "float32")
+    index = ops.cast(ops.arange(size_out), "float32")
+    last = float(size_in - 1)
+    if method == "bilinear":
+        coords = index * (last / ops.maximum(out - 1.0, 1.0))
+        low = ops.clip(ops.floor(coords), 0.0, last)
+        high = ops.minimum(low + 1.0, last)
+        frac = coords - low
+        return [(low, 1.0 - frac), (high, frac)]
+    coords = (index + 0.5) * float(size_in) / out - 0.5
+    base = ops.floor(coords)
+    taps = []
+    for offset in (-1.0, 0.0, 1.0, 2.0):
+        tap = base + offset
+        inside = ops.logical_and(tap >= 0.0, tap <= last)
+        taps.append((ops.clip(tap, 0.0, last), ops.where(inside, _keys_cubic(coords - tap), 0.0)))
+    total = sum(weight for _, weight in taps)
+    return [(tap, weight / total) for tap, weight in taps]
+
+
+def _keys_cubic(t, a: float = -0.5):
+    t = ops.abs(t)
+    near = ((a + 2) * t - (a + 3)) * t * t + 1
+    far = ((a * t - 5 * a) * t + 8 * a) * t - 4 * a
+    return ops.where(t <= 1.0, near, ops.where(t < 2.0, far, 0.0))
+
+
+def _resize_axis(table, size_out, axis: int, method: str):
+    shape = [1] * len(table.shape)
+    shape[axis] = -1
+    return sum(ops.take(table, ops.cast(tap, "int32"), axis=axis) * ops.reshape(weight, shape)
+               for tap, weight in _taps(table.shape[axis], size_out, method))
+
+
+def resize_grid(table, new_grid, method: str = "bilinear"):
+    """Resizes a (g_h, g_w, D) float32 table to `new_grid` (rows, cols; ints or scalar tensors) with keras.ops, as
+    `keras_vit.checkpoints.pos_embed.resize_grid` does in numpy: the same taps and weights (in float32), gathered
+    and summed rather than multiplied by matrices (exact for an equal grid, and free of reduced-precision matmuls).
+
+    Example:
+        >>> import numpy as np
+        >>> tuple(resize_grid(np.zeros((14, 14, 8), "float32"), (24, 20), "bicubic").shape)
+        (24, 20, 8)
+    """
+    if method not in INTERPOLATIONS:
+        raise ValueError(f"`method` must be one of {INTERPOLATIONS}. Received: method={method!r}")
+    table = ops.convert_to_tensor(table, "float32")
+    return _resize_axis(_resize_axis(table, new_grid[0], 0, method), new_grid[1], 1, method)
+
+
+def _sincos_2d_in_graph(rows, cols, width: int, temperature: float = 10_000.0):
+    """`sincos_2d` for a grid whose size is a tensor (a graph traced for any size), in float32."""
+    quarter = width // 4
+    omega = ops.convert_to_tensor(
+        (1.0 / temperature ** (np.arange(quarter) / max(quarter - 1, 1))).astype("float32"))
+    y, x = ops.meshgrid(ops.arange(rows), ops.arange(cols), indexing="ij")
+    x_omega = ops.cast(ops.reshape(x, (-1, 1)), "float32") * omega[None]
+    y_omega = ops.cast(ops.reshape(y, (-1, 1)), "float32") * omega[None]
+    table = ops.concatenate([ops.sin(x_omega), ops.cos(x_omega), ops.sin(y_omega), ops.cos(y_omega)], axis=1)
+    return table[None]
+
+
+def _dim(tensor, axis: int):
+    return tensor.shape[axis] if tensor.shape[axis] is not None else ops.shape(tensor)[axis]
 
 
 def check_position_embedding(kind, hidden_size: int, name: str = "pos_embedding") -> None:
@@ -60,12 +134,20 @@ class PatchEncoder(keras.layers.Layer):
     embedding `position_embedding` (1, T, D). The fixed `"sincos2d"` embedding (`sincos_2d`)
     has no weight: it is added to the patch tokens before the [class] token is prepended, as in big_vision.
 
+    Patches on their grid, (B, rows, cols, P*P*C) (`Patches(flatten=False)`), may come on another grid than
+    `grid` (a model of any input size): the learned table's patch rows are then resampled to it in the graph
+    with `interpolation` (`resize_grid`, the load-time resampling of `keras_vit.checkpoints.pos_embed`; the
+    [class] row kept), the sin-cos table computed for it. On `grid` itself the table is added as it is.
+
     Args:
         hidden_size: D, the token width.
         use_class_token: prepend a learnable [class] token.
         dropout_rate: dropout applied to the embedded sequence.
         position_embedding: `"learned"` (the paper's) or `"sincos2d"` (fixed; needs `grid` and D divisible by 4).
-        grid: (rows, cols) of the patches, row-major as `Patches` cuts them; needed by `"sincos2d"` only.
+        grid: (rows, cols) of the patches, row-major as `Patches` cuts them, that the table covers; needed by
+            `"sincos2d"` and by patches whose grid is unknown until run time.
+        interpolation: how the learned table is resampled to another grid at run time: `"bilinear"` or
+            `"bicubic"` (`keras_vit.checkpoints.pos_embed`'s methods).
         **kwargs: base `keras.layers.Layer` arguments.
 
     Example:
@@ -75,9 +157,13 @@ class PatchEncoder(keras.layers.Layer):
     """
 
     def __init__(self, hidden_size: int, use_class_token: bool = True, dropout_rate: float = 0.0,
-                 position_embedding: str = "learned", grid=None, **kwargs):
+                 position_embedding: str = "learned", grid=None, interpolation: str = "bilinear", **kwargs):
         super().__init__(**kwargs)
         check_position_embedding(position_embedding, hidden_size, name="position_embedding")
+        if interpolation not in INTERPOLATIONS:
+            raise ValueError(
+                f"`interpolation` must be one of {INTERPOLATIONS}. Received: interpolation={interpolation!r}")
+        self.interpolation = interpolation
         if position_embedding == "sincos2d" and grid is None:
             raise ValueError("The sincos2d position embedding needs the patch `grid` (rows, cols). Received: grid=None")
         self.hidden_size = hidden_size
@@ -92,13 +178,18 @@ class PatchEncoder(keras.layers.Layer):
         self.dropout = keras.layers.Dropout(dropout_rate, dtype=self.dtype_policy)
 
     def build(self, input_shape):
-        num_patches = input_shape[1]
+        on_grid = len(input_shape) == 4
+        if on_grid and self.grid is None and None not in input_shape[1:3]:
+            self.grid = (int(input_shape[1]), int(input_shape[2]))
+        # On their grid, the patches may come on any grid at run time: the table covers `grid`.
+        num_patches = (None if self.grid is None else self.grid[0] * self.grid[1]) if on_grid else input_shape[1]
         if num_patches is None:
             raise ValueError(
-                "PatchEncoder needs a known number of patches to size its position embedding. "
-                f"Received: input_shape={tuple(input_shape)}."
+                "PatchEncoder needs a known number of patches to size its position embedding, or patches on "
+                f"their grid (B, rows, cols, F) and the `grid` its table covers. Received: input_shape="
+                f"{tuple(input_shape)}, grid={self.grid}."
             )
-        self.projection.build(input_shape)
+        self.projection.build((input_shape[0], None, input_shape[-1]))
         if self.use_class_token:
             self.class_token = self.add_weight(
                 name="class_token", shape=(1, 1, self.hidden_size), initializer="zeros"
@@ -128,19 +219,43 @@ class PatchEncoder(keras.layers.Layer):
         return int(self.use_class_token)
 
     def call(self, patches, training=None):
+        grid = None
+        if len(patches.shape) == 4:  # on their grid: flattened row-major, as `Patches` does
+            grid = (_dim(patches, 1), _dim(patches, 2))
+            patches = ops.reshape(patches, (-1, grid[0] * grid[1], patches.shape[-1]))
+            if all(isinstance(n, int) for n in grid) and grid == self.grid:
+                grid = None  # the table's own grid
         x = self.projection(patches)
         if self.position_embedding is None:  # fixed sin-cos, on the patch tokens only
-            x = x + ops.cast(self._fixed_embedding, x.dtype)
+            x = x + ops.cast(self._fixed_table(grid), x.dtype)
         if self.use_class_token:
             batch = ops.shape(x)[0]
             cls = ops.cast(ops.broadcast_to(self.class_token, (batch, 1, self.hidden_size)), x.dtype)
             x = ops.concatenate([cls, x], axis=1)
         if self.position_embedding is not None:
-            x = x + ops.cast(self.position_embedding, x.dtype)
+            x = x + ops.cast(self._learned_table(grid), x.dtype)
         return self.dropout(x, training=training)
 
+    def _fixed_table(self, grid):
+        if grid is None:
+            return self._fixed_embedding
+        if all(isinstance(n, int) for n in grid):
+            return sincos_2d(grid, self.hidden_size)  # as a model built for that grid
+        return _sincos_2d_in_graph(grid[0], grid[1], self.hidden_size)
+
+    def _learned_table(self, grid):
+        if grid is None:
+            return self.position_embedding
+        table, prefix = ops.convert_to_tensor(self.position_embedding), self.num_prefix_tokens
+        patch_rows = ops.reshape(table[0, prefix:], (self.grid[0], self.grid[1], self.hidden_size))
+        resized = ops.reshape(resize_grid(patch_rows, grid, self.interpolation), (1, -1, self.hidden_size))
+        return ops.concatenate([ops.cast(table[:, :prefix], resized.dtype), resized], axis=1)
+
     def compute_output_shape(self, input_shape):
-        n = input_shape[1]
+        if len(input_shape) == 4:
+            n = None if None in input_shape[1:3] else input_shape[1] * input_shape[2]
+        else:
+            n = input_shape[1]
         return (input_shape[0], None if n is None else n + int(self.use_class_token), self.hidden_size)
 
     def get_config(self):
@@ -151,4 +266,5 @@ class PatchEncoder(keras.layers.Layer):
             "dropout_rate": self.dropout_rate,
             "position_embedding": self.position_embedding_kind,
             "grid": self.grid,
+            "interpolation": self.interpolation,
         }

@@ -1,7 +1,36 @@
-"""`Patches`: an image becomes a sequence of flattened patches (paper section 3.1, eq. 1)."""
+"""`Patches`: an image becomes a sequence of flattened patches (paper section 3.1, eq. 1); `check_image_size`:
+the run-time check that an image of a model of any size (`keras_vit.ViT(input_shape=(None, None, 3))`) is cut
+into whole patches."""
 
 import keras
 from keras import ops
+
+
+def check_image_size(images, patch_size: int):
+    """`images` (B, H, W, C), refused when H or W is not a multiple of `patch_size` pixels: at once when the sizes
+    are known (eagerly, or traced for one size), through a graph assertion on TensorFlow when they are not (a
+    graph traced for any size); other backends trace with known sizes.
+
+    Raises:
+        ValueError: naming the size and the patch size (InvalidArgumentError from a TensorFlow graph).
+    """
+    height, width = images.shape[1], images.shape[2]
+    if height is not None and width is not None:
+        if height % patch_size or width % patch_size:
+            raise ValueError(f"Image size must be divisible by the patch size {patch_size}. Received: image size "
+                             f"({height}, {width}).")
+        return images
+    if keras.config.backend() != "tensorflow":
+        return images
+    import tensorflow as tf
+
+    shape = tf.shape(images)
+    check = tf.debugging.Assert(
+        tf.logical_and(tf.equal(shape[1] % patch_size, 0), tf.equal(shape[2] % patch_size, 0)),
+        [f"Image size must be divisible by the patch size {patch_size}. Received: image size (height, width):",
+         shape[1], shape[2]])
+    with tf.control_dependencies([check]):
+        return tf.identity(images)
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -10,10 +39,12 @@ class Patches(keras.layers.Layer):
 
     Patches run row-major over the (H/P, W/P) grid and each patch is flattened in (row, column, channel)
     order, so a Dense projection of the result equals the official convolution with kernel = stride = P.
-    Channels-last only.
+    Channels-last only. With `flatten=False` the patches stay on their grid, (B, H/P, W/P, P*P*C): what a
+    `PatchEncoder` of a model of any input size reads the grid from.
 
     Args:
         patch_size: P, the side of a square patch in pixels.
+        flatten: return (B, N, P*P*C) (default) or (B, H/P, W/P, P*P*C).
         **kwargs: base `keras.layers.Layer` arguments (`name`, `dtype`, ...).
 
     Example:
@@ -22,11 +53,12 @@ class Patches(keras.layers.Layer):
         (2, 196, 768)
     """
 
-    def __init__(self, patch_size: int, **kwargs):
+    def __init__(self, patch_size: int, flatten: bool = True, **kwargs):
         super().__init__(**kwargs)
         if not isinstance(patch_size, int) or patch_size < 1:
             raise ValueError(f"`patch_size` must be a positive integer. Received: patch_size={patch_size!r}")
         self.patch_size = patch_size
+        self.flatten = bool(flatten)
 
     def _grid(self, height, width):
         p = self.patch_size
@@ -48,19 +80,25 @@ class Patches(keras.layers.Layer):
                 f"with {channels} (channels last). Give it {expected}-channel images (grayscale to RGB: "
                 f"np.repeat(images, 3, axis=-1)), or build the model with input_shape=(H, W, {channels}) (a "
                 "checkpoint's patch kernel is then adapted, summed over its colour channels for one).")
-        grid_h, grid_w = self._grid(height, width)
         p = self.patch_size
+        images = check_image_size(images, p)
+        grid_h, grid_w = self._grid(height, width)
         if grid_h is None or grid_w is None:
             dynamic = ops.shape(images)
             grid_h, grid_w = dynamic[1] // p, dynamic[2] // p
         x = ops.reshape(images, (-1, grid_h, p, grid_w, p, channels))
         x = ops.transpose(x, (0, 1, 3, 2, 4, 5))
+        if not self.flatten:
+            return ops.reshape(x, (-1, grid_h, grid_w, p * p * channels))
         return ops.reshape(x, (-1, grid_h * grid_w, p * p * channels))
 
     def compute_output_shape(self, input_shape):
         grid_h, grid_w = self._grid(input_shape[1], input_shape[2])
+        width = self.patch_size * self.patch_size * input_shape[3]
+        if not self.flatten:
+            return (input_shape[0], grid_h, grid_w, width)
         n = None if grid_h is None or grid_w is None else grid_h * grid_w
-        return (input_shape[0], n, self.patch_size * self.patch_size * input_shape[3])
+        return (input_shape[0], n, width)
 
     def get_config(self):
-        return {**super().get_config(), "patch_size": self.patch_size}
+        return {**super().get_config(), "patch_size": self.patch_size, "flatten": self.flatten}

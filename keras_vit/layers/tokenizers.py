@@ -11,7 +11,7 @@
 import keras
 from keras import ops
 
-from keras_vit.layers.patches import Patches
+from keras_vit.layers.patches import Patches, check_image_size
 
 
 def conv_stem_widths(patch_size: int, hidden_size: int) -> tuple[int, ...]:
@@ -70,7 +70,7 @@ class ConvStem(keras.layers.Layer):
             norm.build(shape)
 
     def call(self, images, training=None):
-        x = images
+        x = check_image_size(images, self.stride)  # a model of any size: whole patches, not rounded up
         for conv, norm in zip(self.convs, self.norms):
             x = ops.relu(norm(conv(x), training=training))
         return x
@@ -103,6 +103,7 @@ class ShiftedPatches(keras.layers.Layer):
     Args:
         patch_size: P, at least 2.
         epsilon: the LayerNorm epsilon.
+        flatten: return (B, N, P*P*5C) (default) or the patches on their grid, (B, H/P, W/P, P*P*5C) (`Patches`).
         **kwargs: base `keras.layers.Layer` arguments.
 
     Example:
@@ -111,12 +112,13 @@ class ShiftedPatches(keras.layers.Layer):
         (2, 49, 80)
     """
 
-    def __init__(self, patch_size: int, epsilon: float = 1e-6, **kwargs):
+    def __init__(self, patch_size: int, epsilon: float = 1e-6, flatten: bool = True, **kwargs):
         super().__init__(**kwargs)
         check_shifted_patch_size(patch_size)
         self.patch_size = patch_size
         self.epsilon = epsilon
-        self.patches = Patches(patch_size, dtype=self.dtype_policy)
+        self.flatten = bool(flatten)
+        self.patches = Patches(patch_size, flatten=self.flatten, dtype=self.dtype_policy)
         self.norm = keras.layers.LayerNormalization(epsilon=epsilon, name="norm", dtype=self.dtype_policy)
 
     def build(self, input_shape):
@@ -134,4 +136,4 @@ class ShiftedPatches(keras.layers.Layer):
         return self.patches.compute_output_shape((*input_shape[:3], 5 * input_shape[3]))
 
     def get_config(self):
-        return {**super().get_config(), "patch_size": self.patch_size, "epsilon": self.epsilon}
+        return {**super().get_config(), "patch_size": self.patch_size, "epsilon": self.epsilon, "flatten": self.flatten}
