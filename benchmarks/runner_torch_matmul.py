@@ -4,6 +4,9 @@ The PyTorch counterpart of `runner_matmul.py`'s "floor" task: the same list of p
 decomposition, not timm's fused q/k/v `Linear` and SDPA attention), the model's shapes and dtype (float32,
 or bfloat16 tensors rather than autocast), each per-layer weight distinct, under `torch.inference_mode()`,
 nothing but the products: how fast PyTorch's CPU matmul kernels, the ones timm runs on, do the same work.
+
+task "matmul": one (n, n) x (n, n) product, PyTorch's GEMM ceiling (`serving_paths.py`). spec["threads"]
+(optional): `torch.set_num_threads`.
 """
 
 import measure
@@ -13,10 +16,21 @@ import model_matmuls
 def run(spec):
     import torch
 
-    if spec["task"] != "floor":
-        raise ValueError(f"runner_torch_matmul runs the task 'floor'. Received: task={spec['task']!r}")
+    if spec.get("threads"):
+        torch.set_num_threads(spec["threads"])
+    if spec["task"] not in ("floor", "matmul"):
+        raise ValueError(f"runner_torch_matmul runs the tasks 'floor' and 'matmul'. Received: task={spec['task']!r}")
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[spec["dtype"]]
     generator = torch.Generator().manual_seed(0)
+    if spec["task"] == "matmul":
+        a, b = (torch.randn((spec["n"], spec["n"]), generator=generator).to(dtype) for _ in range(2))
+
+        def product():
+            with torch.inference_mode():
+                return torch.matmul(a, b)
+
+        seconds = measure.time_calls(product, spec["warmup"], spec["iters"]["1"])
+        return {"batches": [measure.batch_result(seconds, 1)], "extra": {"torch_threads": torch.get_num_threads()}}
     batches = []
     for batch in spec["batches"]:
         operands = model_matmuls.operand_pairs(

@@ -336,3 +336,38 @@ def test_file_bombs_benchmark_refuses_its_cases(tmp_path):
     assert results["baseline (good file)"]["outcome"] == "loaded"
     assert results["config 10**6 layers"]["outcome"].startswith("refused: ")
     assert "int64" in results["int64 class token 2**62"]["outcome"]
+
+
+@pytest.mark.e2e
+def test_serving_paths_quick_run(tmp_path):
+    """benchmarks/serving_paths.py --quick: a timed row per keras_vit serving path, the GEMM ceilings, and (where
+    Debian's Fashion-MNIST is installed) every path's accuracy on a small test folder, of an untrained tiny model."""
+    import runner_serving
+
+    command = [sys.executable, os.path.join(REPO, "benchmarks", "serving_paths.py"), "--quick",
+               "--workdir", str(tmp_path / "work"), "--json", str(tmp_path / "serving.json"),
+               "--markdown", str(tmp_path / "SERVING.md")]
+    fashion = os.path.isdir(os.environ.get("FASHION_MNIST_DIR", "/usr/share/datasets/fashion-mnist"))
+    if fashion:
+        import keras_vit
+        import quality_data
+
+        quality_data.make("fashion_mnist", str(tmp_path / "fashion"), train_per_class=7, test_per_class=3)
+        keras_vit.ViT(image_size=28, patch_size=7, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32,
+                      classes=10).save(str(tmp_path / "tiny.keras"))
+        command += ["--accuracy-model", str(tmp_path / "tiny.keras"), "--accuracy-data", str(tmp_path / "fashion")]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-3000:]
+    document = json.loads((tmp_path / "serving.json").read_text())
+    rows = {row["name"]: row for row in document["rows"]}
+    for path in runner_serving.PATHS:
+        assert rows[path]["b1"]["median_s"] > 0 and rows[path]["b16"]["items_per_s"] > 0, rows.get(path)
+        assert rows[path]["gflops"] > 0 and rows[path]["ceiling_share"] > 0 and path in done.stdout
+    assert {"float32", "bfloat16", "int8"} <= set(document["ceilings_gflops"])
+    assert document["host"]["cpu_model"] and "steal_share" in document["host"] and not document["peers"]
+    assert "- command: `benchmarks/serving_paths.py --quick" in (tmp_path / "SERVING.md").read_text()
+    if fashion:
+        assert set(document["accuracy"]) == {"keras/float32", *runner_serving.PATHS}
+        for name, result in document["accuracy"].items():
+            assert result["images"] == 30 and 0 <= result["top1_accuracy"] <= 1, name
+            assert result["agreement"] >= 0.5, name  # the float paths agree on (almost) every image
