@@ -88,3 +88,11 @@ def test_the_features_savedmodel(tmp_path):
         np.testing.assert_allclose(got[name].numpy(), numpy(expected[name]), atol=1e-5)
     with pytest.raises(tf.errors.InvalidArgumentError):
         served(images=tf.zeros((5, 32, 32, 3)))
+
+
+def test_an_any_size_model_gives_grids_of_the_input_size():
+    model = keras_vit.ViT(**{**TINY, "include_top": False}, input_shape=(None, None, 3))
+    extractor = keras_vit.feature_extractor(model, blocks=(-1,))
+    for height, width in ((32, 32), (48, 24)):
+        images = np.zeros((1, height, width, 3), "float32")
+        assert tuple(extractor(images)["block_2"].shape) == (1, height // 8, width // 8, 32)

@@ -80,8 +80,8 @@ def test_each_config_field_is_the_flag_of_its_name_type_and_help():
     kinds = {str: "string", int: "int", float: "float", bool: "bool"}
     flagged = [f for f in dataclasses.fields(config_lib.Config) if f.metadata.get("help")]
     assert [field.name for field, _ in train._config_fields()] == [f.name for f in flagged]
-    assert {f.name for f in dataclasses.fields(config_lib.Config)} - {f.name for f in flagged} == {"recipe",
-                                                                                                  "recipe_reason"}
+    assert {f.name for f in dataclasses.fields(config_lib.Config)} - {f.name for f in flagged} == {
+        "recipe", "recipe_reason", "teacher_sha256"}  # set by the app: why the recipe, the teacher's content
     for field in flagged:
         flag, meta = flags.FLAGS[field.name], field.metadata
         base = next(t for t in typing.get_args(annotations[field.name]) or (annotations[field.name],)
@@ -97,7 +97,8 @@ def test_each_config_field_is_the_flag_of_its_name_type_and_help():
 def test_the_lists_of_fields_by_role_are_computed_from_the_declarations():
     assert config_lib.OPTIMISATION_FIELDS == ("steps", "epochs", "learning_rate", "beta_1", "beta_2", "momentum",
                                               "schedule", "warmup_steps", "weight_decay", "grad_clip_norm",
-                                              "label_smoothing")
+                                              "label_smoothing", "teacher", "teacher_sha256", "distillation",
+                                              "distillation_alpha", "distillation_tau")
     assert {"log_every", "workdir", "recipe_reason", "rematerialize"} <= set(config_lib.RESUMABLE_FIELDS)
     assert not set(config_lib.RESUMABLE_FIELDS) & set(config_lib.OPTIMISATION_FIELDS)
     assert "initialization" in config_lib.VIT_ARGUMENTS and "initialization" not in config_lib.VIT_ONLY_FIELDS
@@ -294,6 +295,7 @@ _BAD_TRAIN_FLAGS = [
     ("weight_decay", "nan"), ("grad_clip_norm", "nan"), ("label_smoothing", "1.5"), ("seed", "-1"),
     ("checkpoint_every", "0"), ("keep_checkpoints", "0"), ("log_every", "0"), ("eval_every", "10000000000"),
     ("show_predictions", "-1"), ("randaugment", "2,99"), ("max_image_pixels", "10000000000000"),
+    ("lora_rank", "0"), ("distillation_alpha", "1.5"), ("distillation_tau", "0"),
 ]
 _BAD_EXPERIMENT_FLAGS = [("image_size", "0"), ("global_batch_size", "100000000"), ("seeds", "1000"), ("steps", "0"),
                          ("attention_images", "0"), ("subset_seed", "-1"), ("max_image_pixels", "-1")]

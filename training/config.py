@@ -178,6 +178,17 @@ class Config:
     grad_clip_norm: float | None = _field(1.0, "Clip the global gradient norm (0 disables).",
                                           from_flag=lambda value: value or None, resume="optimisation")
     label_smoothing: float = _field(0.0, "Label smoothing.", resume="optimisation")
+    # Distillation (DeiT): a frozen teacher's logits train the student's distillation head (or its one head).
+    teacher: str | None = _field(None, "A trained classifier to distil from (DeiT): a run folder or a keras_vit "
+                                 ".keras / .weights.h5 file with logits, of the dataset's classes.",
+                                 resume="optimisation")
+    teacher_sha256: str | None = _field(None, resume="optimisation")  # the teacher file's content, set at start
+    distillation: str = _field("hard", "With --teacher: hard (cross-entropy to the teacher's class, DeiT's default) "
+                               "or soft (KL at --distillation_tau, weighted by --distillation_alpha).",
+                               enum_values=["hard", "soft"], resume="optimisation")
+    distillation_alpha: float = _field(0.5, "Weight of the soft distillation loss (the labels' loss gets 1 - it).",
+                                       resume="optimisation")
+    distillation_tau: float = _field(1.0, "Temperature of the soft distillation loss.", resume="optimisation")
     # Runtime.
     mixed_precision: str = _field("none", "none, bfloat16 or float16 (with loss scaling).",
                                   enum_values=list(PRECISIONS))
@@ -272,7 +283,8 @@ RANGES: dict[str, Range] = {
     "beta_1": Range(0.0, 1.0, high_open=True), "beta_2": Range(0.0, 1.0, high_open=True),
     "momentum": Range(0.0, 1.0, high_open=True), "warmup_steps": Range(0, _STEPS),
     "weight_decay": Range(0.0, 10.0), "grad_clip_norm": Range(0.0, 1e6),
-    "label_smoothing": Range(0.0, 1.0, high_open=True),
+    "label_smoothing": Range(0.0, 1.0, high_open=True), "distillation_alpha": Range(0.0, 1.0),
+    "distillation_tau": Range(0.0, 100.0, low_open=True),
     # The run.
     "seed": Range(0, 2**31 - 1), "checkpoint_every": Range(1, _STEPS), "keep_checkpoints": Range(1, 1000),
     "log_every": Range(1, _STEPS), "eval_every": Range(1, _STEPS), "show_predictions": Range(0, 1000),

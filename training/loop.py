@@ -34,6 +34,8 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
+from keras_vit import distillation
+
 from training import augment, data, distribute, optim, progress
 from training.config import Config
 from training.finish import RunOutputs
@@ -43,6 +45,7 @@ from training.model import model_from_config, fetch_weights
 from training.optim import make_optimizer
 from training.run_state import RunCheckpoints
 from training.sources import InvalidDatasetError, dataset_source, default_splits, shown_path
+from training.teacher import load_teacher
 from training.workdir import RunWorkdir
 
 
@@ -137,6 +140,11 @@ class _Run(ImageFailuresMixin):
         own_checkpoint_dir = checkpoint_dir if self.chief else self.workdir.worker_dir("checkpoints")
         self.checkpoints = RunCheckpoints(cfg, self.chief, self.num_classes, checkpoint_dir, own_checkpoint_dir,
                                           log=self._print)
+        self.teacher, self.teacher_size = None, None
+        if cfg.teacher is not None:  # read and checked before any step; never trained, not in the checkpoints
+            with self.strategy.scope():
+                self.teacher, self.teacher_size = load_teacher(cfg, self.num_classes, (cfg.image_size,) * 2,
+                                                               log=self._print)
         self._build_state()
         self._evaluation = None  # (dataset, steps, eval_step), built by the first `evaluate`
         self.checkpoints.restore(overwrite_checkpoints, rebuild=self._build_state)
@@ -201,14 +209,19 @@ class _Run(ImageFailuresMixin):
         cfg, model, optimizer, replicas = self.cfg, self.model, self.optimizer, self.replicas
         loss_scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
 
+        heads = distillation.student_heads(model) if self.teacher is not None else None
+
         def replica_step(images, labels):
             if labels.shape.rank == 1:
                 labels = tf.one_hot(labels, self.num_classes)
             with tf.GradientTape() as tape:
-                logits = model(images, training=True)
-                per_example = keras.losses.categorical_crossentropy(
-                    labels, tf.cast(logits, tf.float32), from_logits=True, label_smoothing=cfg.label_smoothing
-                )
+                if heads is None:
+                    logits = model(images, training=True)
+                    per_example = keras.losses.categorical_crossentropy(
+                        labels, tf.cast(logits, tf.float32), from_logits=True, label_smoothing=cfg.label_smoothing
+                    )
+                else:
+                    per_example = self._distillation_loss(heads, images, labels)
                 loss = tf.nn.compute_average_loss(per_example, global_batch_size=cfg.global_batch_size)
                 if model.losses:
                     loss += tf.nn.scale_regularization_loss(tf.add_n(model.losses))
@@ -243,6 +256,17 @@ class _Run(ImageFailuresMixin):
             return self.strategy.reduce(tf.distribute.ReduceOp.SUM, loss_and_bad, axis=None)
 
         return train_step
+
+    def _distillation_loss(self, heads, images, labels):
+        """DeiT's per-example loss: the labels (smoothed as `--label_smoothing`) on the class head, the teacher's
+        logits (on the batch resized to its size if it differs) on the distillation head or the one head."""
+        cfg = self.cfg
+        outputs = tf.nest.flatten(heads(images, training=True))
+        teacher_images = images if self.teacher_size is None else tf.image.resize(images, self.teacher_size)
+        teacher_logits = self.teacher(teacher_images, training=False)
+        smoothed = labels * (1.0 - cfg.label_smoothing) + cfg.label_smoothing / self.num_classes
+        return distillation.distillation_loss(smoothed, outputs[0], outputs[-1], teacher_logits, cfg.distillation,
+                                              cfg.distillation_alpha, cfg.distillation_tau)
 
     def _make_eval_step(self):
         model = self.model

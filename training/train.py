@@ -199,6 +199,17 @@ cli.add_check(FLAGS, lambda fv, argv: backend.check_tensorflow_backend(
     "training.train", "tf.data, tf.distribute and TF checkpoints"))
 
 
+def _check_distillation_needs_a_teacher(fv, argv):
+    given = [name for name in ("distillation", "distillation_alpha", "distillation_tau") if fv[name].present]
+    if given and fv.teacher is None:
+        raise cli.UsageError(f"--{given[0]} sets how the student learns from a teacher: pass --teacher=PATH (a run "
+                             f"folder or a keras_vit model file). Received: --{given[0]}={fv[given[0]].value} without "
+                             f"--teacher")
+
+
+cli.add_check(FLAGS, _check_distillation_needs_a_teacher)
+
+
 def config_from_flags() -> config_lib.Config:
     """The frozen config: the recipe's values, then every flag given on the command line."""
     overrides = {}
@@ -216,6 +227,12 @@ def main(argv):
     if not FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)  # TensorFlow's INFO lines would bury the progress
     cfg = config_from_flags()
+    from training import teacher
+
+    try:  # the teacher's file is part of the run (config.json records its content): read before anything else
+        cfg = dataclasses.replace(cfg, teacher_sha256=teacher.teacher_sha256(cfg.teacher))
+    except teacher.TeacherError as error:
+        raise cli.UsageError(str(error)) from None
     from training import augment, loop  # imports TensorFlow and Keras only once the flags are valid
     from training.run_state import TrainingDiverged
     from training.image_checks import DEFAULT_MAX_IMAGE_PIXELS
@@ -238,7 +255,7 @@ def main(argv):
     except ImageFailedMidRunError as error:  # before InvalidDatasetError, its base class: a status of its own
         print(f"error: {error}", file=sys.stderr, flush=True)
         sys.exit(error.exit_status)
-    except (WorkdirError, DatasetNotFoundError, InvalidDatasetError, ModelBuildError) as error:
+    except (WorkdirError, DatasetNotFoundError, InvalidDatasetError, ModelBuildError, teacher.TeacherError) as error:
         print(f"error: {error}", file=sys.stderr, flush=True)
         sys.exit(2)
     except Exception as error:  # noqa: BLE001  a full disk wherever the run wrote: its own status

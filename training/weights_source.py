@@ -36,7 +36,8 @@ def _source_file(weights):
     return path, stat.st_size, stat.st_mtime_ns
 
 
-def _sha256(path) -> str:
+def sha256(path) -> str:
+    """The SHA-256 of a file's bytes (hex)."""
     import hashlib
 
     digest = hashlib.sha256()
@@ -58,7 +59,7 @@ def source_record(cfg, model) -> dict | None:
     import keras
 
     path, size, mtime_ns = found
-    return dict(weights=str(cfg.weights), file=path, size=size, mtime_ns=mtime_ns, sha256=_sha256(path),
+    return dict(weights=str(cfg.weights), file=path, size=size, mtime_ns=mtime_ns, sha256=sha256(path),
                 model=keras.saving.serialize_keras_object(model))
 
 
@@ -85,7 +86,7 @@ def source_change(record) -> str | None:
     path, size, mtime_ns = found
     if (path, size, mtime_ns) == (record["file"], record["size"], record["mtime_ns"]):
         return None
-    if os.path.realpath(path) == os.path.realpath(record["file"]) and _sha256(path) == record["sha256"]:
+    if os.path.realpath(path) == os.path.realpath(record["file"]) and sha256(path) == record["sha256"]:
         return None  # touched or copied back, the same bytes
     return (f"changed since this run started from it ({path}: {size:,} bytes, modified "
             f"{_time(mtime_ns)}; then {record['size']:,} bytes, modified {_time(record['mtime_ns'])})")
