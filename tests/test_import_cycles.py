@@ -120,3 +120,27 @@ def test_the_library_is_at_most_eight_floors_tall():
     library = {module: floor for module, floor in floors(import_graph()).items() if module.startswith("keras_vit")}
     tallest = max(library, key=library.get)
     assert library[tallest] <= MAX_FLOORS, (tallest, library[tallest])
+
+
+def test_docs_design_names_every_library_module_on_its_floor():
+    """docs/DESIGN.md's floor table lists each module of keras_vit/ (by its path or its file name) in the row of the
+    floor the import graph puts it on: a new module or a move that changes a floor updates the table."""
+    import re
+
+    with open(os.path.join(ROOT, "docs", "DESIGN.md"), encoding="utf-8") as file:
+        design = file.read()
+    table = design[design.index("| floor |"):]
+    table = table[:table.index("\n\n")]
+    rows = {}
+    for line in table.splitlines()[2:]:
+        cells = line.split("|")
+        rows[int(cells[1])] = set(re.findall(r"`([A-Za-z_/]+)`", cells[3]))
+    misplaced = []
+    for module, floor in floors(import_graph()).items():
+        if not module.startswith("keras_vit"):
+            continue
+        path = "__init__" if module == "keras_vit" else module[len("keras_vit."):].replace(".", "/")
+        names = {path, path.split("/")[-1], f"{path}/__init__"}
+        if not names & rows.get(floor, set()):
+            misplaced.append(f"{path} (floor {floor})")
+    assert not misplaced, f"docs/DESIGN.md's floor table does not list these on their floors: {misplaced}"
