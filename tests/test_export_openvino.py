@@ -9,7 +9,7 @@ import pytest
 
 from export_fixtures import SIZE, keras_reference, tiny_vit
 from keras_vit.export import __main__ as export_main
-from keras_vit.export import calibration, export_openvino
+from keras_vit.export import calibration, export_openvino, precision
 
 ov_export = pytest.importorskip("keras_vit.export.openvino")
 pytest.importorskip("openvino")
@@ -93,10 +93,10 @@ def test_a_broken_calibration_image_is_named(tmp_path):
 
 
 def test_host_warning_names_the_missing_instructions():
-    assert ov_export.host_warning("bfloat16", {"avx2"}).startswith("this CPU has neither AMX-BF16")
-    assert ov_export.host_warning("int8", {"avx2"}).startswith("this CPU has neither AMX-INT8")
-    assert ov_export.host_warning("bfloat16", {"amx_bf16"}) is None
-    assert ov_export.host_warning("float32", {"avx2"}) is None
+    assert precision.host_warning("bfloat16", {"avx2"}).startswith("this CPU has neither AMX-BF16")
+    assert precision.host_warning("int8", {"avx2"}).startswith("this CPU has neither AMX-INT8")
+    assert precision.host_warning("bfloat16", {"amx_bf16"}) is None
+    assert precision.host_warning("float32", {"avx2"}) is None
 
 
 @pytest.mark.parametrize("flags, message", [

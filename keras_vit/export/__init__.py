@@ -133,6 +133,9 @@ def export_saved_model(
     version, path = versions.resolve(export_base, version, overwrite)
     model_name = model_name or os.path.basename(os.path.normpath(export_base))
     model = precision_utils.serving_model(model, precision)
+    warning = precision_utils.host_warning(precision)
+    if warning:
+        logger.warning("%s export: %s.", precision, warning)
 
     with tempfile.TemporaryDirectory() as scratch, versions.staged(path) as staging:
         labels_asset = None

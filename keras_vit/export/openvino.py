@@ -27,6 +27,7 @@ import logging
 import os
 
 from keras_vit import extras
+from keras_vit.export import precision as precision_utils
 from keras_vit.export import signatures, tflite, versions
 
 logger = logging.getLogger(__name__)
@@ -61,32 +62,6 @@ def check_arguments(precision, calibration_images) -> None:
                          f"calibration_images={calibration_images!r}")
 
 
-def host_warning(precision: str, cpu_flags: set | None = None) -> str | None:
-    """A one-line warning when this CPU has no fast instructions for `precision`, else None."""
-    if cpu_flags is None:
-        cpu_flags = _cpu_flags()
-    if not cpu_flags:
-        return None  # not Linux: nothing known
-    if precision == "bfloat16" and not cpu_flags & {"avx512_bf16", "amx_bf16"}:
-        return ("this CPU has neither AMX-BF16 nor AVX512-BF16: a bf16 model runs emulated here, slower than "
-                "float32 (it is fast on the CPUs that have them)")
-    if precision == "int8" and not cpu_flags & {"amx_int8", "avx512_vnni", "avx_vnni"}:
-        return ("this CPU has neither AMX-INT8 nor VNNI: an int8 model runs slowly here (it is fast on the CPUs "
-                "that have them)")
-    return None
-
-
-def _cpu_flags() -> set:
-    try:
-        with open("/proc/cpuinfo") as file:
-            for line in file:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
-
-
 def export(model, export_base, version=None, precision="float32", calibration_images=None,
            max_batch_size=64, preprocessing="auto", overwrite=False) -> str:
     """Writes `model` as an OpenVINO IR at `export_base/<version>/` and returns that folder.
@@ -117,7 +92,7 @@ def export(model, export_base, version=None, precision="float32", calibration_im
     if precision == "int8":
         samples = calibration.read_folder(calibration_images, spec.height, spec.width,
                                           MIN_CALIBRATION_IMAGES, MAX_CALIBRATION_IMAGES)
-    warning = host_warning(precision)
+    warning = precision_utils.host_warning(precision)
     if warning:
         logger.warning("%s export: %s.", precision, warning)
     export_base = os.fspath(export_base)

@@ -32,6 +32,32 @@ FLOAT32_LAYERS = (model_parts.HEAD,)
 them) are float32, as the Keras mixed-precision guide asks."""
 
 
+def host_warning(precision: str, cpu_flags: set | None = None) -> str | None:
+    """A one-line warning when this CPU has no fast instructions for `precision`, else None."""
+    if cpu_flags is None:
+        cpu_flags = _cpu_flags()
+    if not cpu_flags:
+        return None  # not Linux: nothing known
+    if precision == "bfloat16" and not cpu_flags & {"avx512_bf16", "amx_bf16"}:
+        return ("this CPU has neither AMX-BF16 nor AVX512-BF16: a bf16 model runs emulated here, slower than "
+                "float32 (it is fast on the CPUs that have them)")
+    if precision == "int8" and not cpu_flags & {"amx_int8", "avx512_vnni", "avx_vnni"}:
+        return ("this CPU has neither AMX-INT8 nor VNNI: an int8 model runs slowly here (it is fast on the CPUs "
+                "that have them)")
+    return None
+
+
+def _cpu_flags() -> set:
+    try:
+        with open("/proc/cpuinfo") as file:
+            for line in file:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
 def check_precision(precision):
     if precision not in PRECISIONS:
         raise ValueError(f"`precision` must be one of {PRECISIONS}. Received: precision={precision!r}")
