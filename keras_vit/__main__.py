@@ -76,7 +76,7 @@ def probabilities(model, outputs):
     exported serving signature does; any other head's (or a model without a `head` layer's) as they are."""
     from keras_vit import model_parts
 
-    activation = getattr(getattr(model_parts.head(model), "activation", None), "__name__", None)
+    activation = model_parts.output_activation(model)
     if activation == "softmax":
         return outputs, "probabilities"
     if activation == "linear":

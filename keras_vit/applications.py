@@ -65,6 +65,7 @@ def ViT(
     pos_embedding=None,
     tokenizer=None,
     locality_attention=None,
+    distillation_token=None,
     _given=frozenset(),
 ):
     """Builds a Vision Transformer (Dosovitskiy et al., ICLR 2021, arXiv 2010.11929, section 3.1).
@@ -148,6 +149,13 @@ def ViT(
             file's own, else "patches"].
         locality_attention: locality self-attention in every block (no attention to oneself, a learned
             temperature; Lee et al. 2021), for small data [a keras_vit file's own, else False].
+        distillation_token: DeiT's distillation token (Touvron et al. 2021, arXiv 2012.12877): a second learned
+            token after [class], with its own position-embedding row, read by a second head `head_dist`; the
+            output is the average of the two heads' logits, `classifier_activation` applied after the average.
+            Needs the [class] token (`classifier="token"`) and no `representation_size`. Decided by a
+            checkpoint's tensors: a file with the token (timm's `deit_*_distilled_*`, transformers'
+            `DeiTForImageClassificationWithTeacher`) loads only with it, one without only without it
+            [the checkpoint's, else False].
         rematerialize: while training, each block recomputes its MLP hidden layer and attention
             probabilities in the backward pass instead of storing them: the same gradients with less memory
             and some more compute (`TransformerBlock`); False stores them. No effect on inference or loading.

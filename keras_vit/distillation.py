@@ -78,6 +78,10 @@ def student_heads(student):
         if activation != "linear":
             raise ValueError(f"The student's {head.name!r} applies {activation}: build the student with "
                              f"classifier_activation=None (distillation works on logits).")
+    activation = model_parts.output_activation(student)  # a distilled ViT: after the mean of its linear heads
+    if activation != "linear":
+        raise ValueError(f"The student {student.name!r} applies {activation} to its heads' mean: build the student "
+                         f"with classifier_activation=None (distillation works on logits).")
     return keras.Model(student.input, [head.output for head in heads], name=f"{student.name}_heads")
 
 

@@ -78,7 +78,7 @@ def initialize(model: keras.Model, scheme: str) -> keras.Model:
         attention = block.attention
         for dense in (attention.query, attention.key, attention.value, attention.out):
             _assign_uniform(dense.kernel, glorot_limit(*keras_fans(dense.kernel.shape)))
-    head = model_parts.head(model)
-    if head is not None:
-        _assign_uniform(head.kernel, glorot_limit(*head.kernel.shape))
+    for head in (model_parts.head(model), model_parts.distillation_head(model)):
+        if head is not None:
+            _assign_uniform(head.kernel, glorot_limit(*head.kernel.shape))
     return model

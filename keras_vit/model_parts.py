@@ -6,6 +6,8 @@ accessors here, never by a layer-name string or a loop counting `encoder_block_{
 
     images -> [preprocessing] -> [resnet_stem] -> patches -> patch_encoder -> encoder_block_0 .. _{L-1}
         -> encoder_norm -> [pooling] -> [pre_logits] -> [head]
+    a distilled ViT (DeiT): ... -> encoder_norm -> pooling, pooling_dist -> head, head_dist -> head_mean
+        -> [head_activation]
 
 Optional stages (in brackets) are None when the model lacks them; a missing required stage raises a
 ValueError saying the model is not a keras_vit ViT. `architecture(model)` gives the `keras_vit.ViT`
@@ -34,6 +36,12 @@ POOLING = "pooling"
 PRE_LOGITS = "pre_logits"
 HEAD = "head"
 DISTILLATION_HEAD = "head_dist"
+DISTILLATION_POOLING = "pooling_dist"
+HEAD_MEAN = "head_mean"
+HEAD_ACTIVATION = "head_activation"
+"""A distilled ViT's heads give logits; their mean goes through `classifier_activation` in this layer (absent for
+logits)."""
+
 
 def encoder_block_name(index: int) -> str:
     """The name of Transformer block `index` (0-based): `encoder_block_{index}`."""
@@ -116,6 +124,20 @@ def head(model):
 def distillation_head(model):
     """The distillation token's `head_dist` Dense (DeiT, `distillation_token=True`), or None."""
     return _optional(model, DISTILLATION_HEAD)
+
+
+def output_activation(model) -> str | None:
+    """The name of the activation the model's head output goes through (`"softmax"`, `"linear"` for logits), or
+    None without a head: the head's own, or for a distilled ViT (`head_dist`) that of its `head_activation` layer
+    after the heads' mean (`"linear"` when it has none)."""
+    layer = _optional(model, HEAD_ACTIVATION)
+    if layer is None:
+        layer = head(model)
+        if layer is None:
+            return None
+        if distillation_head(model) is not None:
+            return "linear"
+    return getattr(layer.activation, "__name__", str(layer.activation))
 
 
 def model_grid(model) -> tuple[int, int]:

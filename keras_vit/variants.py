@@ -254,6 +254,7 @@ ARGUMENTS = dict(
     pos_embedding=Argument(OWN, fallback="learned", choices=("learned", "sincos2d")),
     tokenizer=Argument(OWN, fallback="patches", choices=("patches", "conv", "shifted_patches")),
     locality_attention=Argument(OWN, fallback=False),
+    distillation_token=Argument(TENSORS, fallback=False),
 )
 """Every argument of `keras_vit.ViT`, in its signature's order, with its role and default, declared once: the model
 class (`keras_vit.vit.VisionTransformer`) takes its defaults from here, and a test checks that `ViT`'s signature

@@ -3,6 +3,7 @@ builder, one line per stage of the paper's data path (the layer names are those 
 
     image (B,H,W,C) -> Patches -> PatchEncoder -> TransformerBlock x L -> encoder_norm
         -> pooling ([class] token | mean) -> [pre_logits Dense + tanh] -> head
+    DeiT (`distillation_token=True`): [class] and distillation tokens -> head, head_dist -> mean -> activation
 
 `keras_vit.ViT` (in `keras_vit.applications`) flows one way: (a checkpoint's shapes -> the arguments left at None,
 `keras_vit.checkpoints.architecture`) -> `build` (arguments -> model, no loading; defaults from
@@ -176,6 +177,9 @@ def _check(a: dict) -> None:
     validation.check_choice("initialization", a["initialization"], (None, *initialization_lib.SCHEMES))
     validation.check_choice("tokenizer", a["tokenizer"], TOKENIZERS)
     validation.check_bool("locality_attention", a["locality_attention"])
+    validation.check_bool("distillation_token", a["distillation_token"])
+    if a["distillation_token"]:
+        _check_distillation(a)
     if a["tokenizer"] != "patches" and a["hybrid"] is not None:
         raise ValueError(f"A hybrid's ResNet stem is its tokenizer. Received: tokenizer={a['tokenizer']!r}, "
                          f"hybrid={a['hybrid']!r}. Leave `tokenizer` unset for a hybrid.")
@@ -191,6 +195,20 @@ def _check(a: dict) -> None:
     variants.resolve_hybrid(a["hybrid"], a["patch_size"])
 
 
+def _check_distillation(a: dict) -> None:
+    """Refuses what DeiT's distillation token does not go with: no [class] token, a pre_logits layer."""
+    if a["classifier"] != "token":
+        raise ValueError(
+            "DeiT's distillation token follows the [class] token, and its head reads the token itself: "
+            f"`distillation_token=True` needs classifier=\"token\". Received: classifier={a['classifier']!r}, "
+            "distillation_token=True")
+    if a["representation_size"] is not None and a["include_top"]:
+        raise ValueError(
+            "A distilled ViT's two heads read the [class] and distillation tokens directly (DeiT has no pre_logits "
+            f"layer). Received: representation_size={a['representation_size']!r}, distillation_token=True. Leave "
+            "`representation_size` unset.")
+
+
 def _check_any_size(a: dict) -> None:
     """Refuses what a model of any input size (`input_shape` with None height or width) cannot be."""
     if a["hybrid"] is not None:
@@ -204,6 +222,7 @@ def _graph(inputs, a):
     """The paper's data path from `inputs` to the model's output, one line per stage."""
     stem = variants.resolve_hybrid(a.hybrid, a.patch_size)
     use_class_token = a.classifier == "token"
+    num_prefix = int(use_class_token) + int(bool(a.distillation_token))
     drop_path_rates = np.linspace(0.0, a.drop_path_rate, a.num_layers) if a.num_layers > 1 else [a.drop_path_rate]
     x = inputs
     if a.include_preprocessing:
@@ -222,7 +241,8 @@ def _graph(inputs, a):
     height, width = a.image_size if any_size else a.input_shape[:2]
     x = PatchEncoder(a.hidden_size, use_class_token=use_class_token, dropout_rate=a.dropout_rate,
                      position_embedding=a.pos_embedding, grid=(height // a.patch_size, width // a.patch_size),
-                     interpolation=a.pos_embed_interpolation or "bilinear", name=model_parts.PATCH_ENCODER)(x)
+                     interpolation=a.pos_embed_interpolation or "bilinear",
+                     distillation_token=bool(a.distillation_token), name=model_parts.PATCH_ENCODER)(x)
     for i in range(a.num_layers):
         x = TransformerBlock(
             a.num_heads,
@@ -238,6 +258,8 @@ def _graph(inputs, a):
             name=model_parts.encoder_block_name(i),
         )(x)
     x = keras.layers.LayerNormalization(epsilon=a.layer_norm_epsilon, name=model_parts.ENCODER_NORM)(x)
+    if a.include_top and a.distillation_token:
+        return _distilled_heads(x, a, num_prefix)
     if a.include_top:
         x = TokenPooling("token" if use_class_token else "avg", int(use_class_token), name=model_parts.POOLING)(x)
         if a.representation_size:
@@ -250,5 +272,22 @@ def _graph(inputs, a):
             dtype=model_config.head_dtype(),
         )(x)
     if a.pooling:
-        x = TokenPooling(a.pooling, int(use_class_token), name=model_parts.POOLING)(x)
+        x = TokenPooling(a.pooling, num_prefix, name=model_parts.POOLING)(x)
     return x
+
+
+def _distilled_heads(tokens, a, num_prefix):
+    """DeiT's inference output: the mean of the [class] token's `head` and the distillation token's `head_dist`
+    (both logits), then `classifier_activation` (timm's `VisionTransformerDistilled` in eval, transformers'
+    `DeiTForImageClassificationWithTeacher.logits`)."""
+    logits = []
+    for index, pooling, head in ((0, model_parts.POOLING, model_parts.HEAD),
+                                 (1, model_parts.DISTILLATION_POOLING, model_parts.DISTILLATION_HEAD)):
+        token = TokenPooling("token", num_prefix, token_index=index, name=pooling)(tokens)
+        logits.append(keras.layers.Dense(a.classes, kernel_initializer="zeros", name=head,
+                                         dtype=model_config.head_dtype())(token))
+    x = keras.layers.Average(name=model_parts.HEAD_MEAN, dtype=model_config.head_dtype())(logits)
+    if a.classifier_activation is None:
+        return x
+    return keras.layers.Activation(a.classifier_activation, name=model_parts.HEAD_ACTIVATION,
+                                   dtype=model_config.head_dtype())(x)

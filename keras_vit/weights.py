@@ -1,6 +1,7 @@
 """The table of published ViT weights, as data (their download: `keras_vit.download`).
 
-Every entry names one file under https://storage.googleapis.com/vit_models/ with what a loader and a user need
+Every entry names one file under https://storage.googleapis.com/vit_models/ (DeiT's: timm's files on the Hugging
+Face Hub, `host`) with what a loader and a user need
 to know about it: the image size it was trained or fine-tuned at, its classes, whether it has the
 `pre_logits` layer, the GELU form and LayerNorm epsilon of its source (the official Flax code: tanh GELU,
 epsilon 1e-6), its input preprocessing, and the ImageNet top-1 accuracy the upstream tables report.
@@ -21,6 +22,13 @@ Sources of the table:
   (pre_logits as the other original ImageNet-21k files); AugReg's R+Ti/16, R26+S/32 and R50+L/32 with the
   same three names (the README's recommended runs and 384 fine-tunes, 75.40 / 83.85 / 85.99; timm's 224
   fine-tunes, `vit_tiny_r_s16_p8_224`, `vit_small_r26_s32_224`, `vit_large_r50_s32_224`).
+- DeiT (Touvron et al. 2021, arXiv 2012.12877), ImageNet-1k only, timm's safetensors files on the Hugging Face Hub
+  (`https://huggingface.co/timm/deit_*_patch16_224.fb_in1k`): `deit_in1k` the plain DeiT-Ti/S/B (a ViT layout),
+  `deit_distilled_in1k` (and B's `deit_distilled_in1k_384`) the distilled ones, which load as
+  `distillation_token=True` models (the token and `head_dist` are in the file: `ViT_B16(weights=
+  "deit_distilled_in1k")`). Top-1 from the facebookresearch/deit README. timm's code: exact GELU, LayerNorm
+  epsilon 1e-6; their input is normalised with the ImageNet mean and standard deviation (`preprocessing`
+  `"imagenet"`), not scaled to [-1, 1].
 
 Names that mean a different file than timm's tag of the same name (ours follow the recommended runs; timm's
 224 fine-tunes, `augreg_in21k_ft_in1k_224` here, come from partly different runs):
@@ -63,7 +71,7 @@ class WeightsEntry:
     Args:
         name: the `weights=` name, e.g. `"imagenet21k+imagenet2012"`.
         variant: the variant it belongs to (`"B16"`, `"R50_B16"`, ...: keys of `keras_vit.variants.VARIANTS`).
-        path: the file's path under `BASE_URL`.
+        path: the file's path under `BASE_URL` (or under `host`).
         sha256: the file's sha256, or None where not known (then the download is not verified).
         image_size: the resolution it was trained or fine-tuned at; the model's default input size.
         classes: classes of its head (21843 for ImageNet-21k, 1000 for ImageNet).
@@ -71,11 +79,13 @@ class WeightsEntry:
             files as far as known; the loader always follows the file itself).
         gelu_approximate: True for the tanh GELU of the official Flax code.
         layer_norm_epsilon: LayerNorm epsilon of the source code.
-        preprocessing: `"inception"`: images scaled from [0, 255] to [-1, 1] (x / 127.5 - 1).
+        preprocessing: `"inception"`: images scaled from [0, 255] to [-1, 1] (x / 127.5 - 1); `"imagenet"`:
+            (x / 255 - mean) / std with ImageNet's mean (0.485, 0.456, 0.406) and std (0.229, 0.224, 0.225).
         imagenet_top1: ImageNet top-1 (%) from the upstream tables; None where not reported or not
             applicable (raw ImageNet-21k heads must be fine-tuned first).
         top1_source: where `imagenet_top1` comes from.
         notes: what else a user should know about the file (shown in docs/WEIGHTS.md's table).
+        host: where `path` lives when not under `BASE_URL` (DeiT's files: `"https://huggingface.co/"`), else None.
     """
 
     name: str
@@ -91,10 +101,11 @@ class WeightsEntry:
     imagenet_top1: float | None = None
     top1_source: str = "see upstream"
     notes: str = ""
+    host: str | None = None
 
     @property
     def url(self) -> str:
-        return BASE_URL + self.path
+        return (self.host or BASE_URL) + self.path
 
     @property
     def file_name(self) -> str:
@@ -103,6 +114,19 @@ class WeightsEntry:
 
 
 _RAW_21K = "n/a: raw ImageNet-21k head, fine-tune first"
+HUGGING_FACE = "https://huggingface.co/"
+
+
+def _deit(variant: str, name: str, timm_name: str, image_size: int, top1: float) -> "WeightsEntry":
+    """A DeiT file: timm's `<timm_name>.fb_in1k` safetensors on the Hugging Face Hub (exact GELU, ImageNet
+    mean/std input)."""
+    distilled = "distilled" in name
+    return WeightsEntry(
+        variant=variant, name=name, image_size=image_size, classes=1000, representation_size=None, sha256=None,
+        path=f"timm/{timm_name}.fb_in1k/resolve/main/model.safetensors", host=HUGGING_FACE,
+        gelu_approximate=False, preprocessing="imagenet", imagenet_top1=top1, top1_source="DeiT README",
+        notes=("DeiT distilled from a RegNetY-16GF teacher: loads with distillation_token=True (head and head_dist)"
+               if distilled else "DeiT, trained on ImageNet-1k alone") + "; ImageNet mean/std input")
 
 PUBLISHED: list[WeightsEntry] = [
     # The paper's files (Dosovitskiy et al. 2021): ImageNet-21k pre-training at 224, its 384 ImageNet fine-tune.
@@ -288,6 +312,16 @@ PUBLISHED: list[WeightsEntry] = [
                  path="augreg/R50_L_32-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1"
                       "--imagenet2012-steps_20k-lr_0.01-res_224.npz",
                  representation_size=None, sha256=None, notes="timm's `vit_large_r50_s32_224.augreg_in21k_ft_in1k`"),
+    # DeiT (Touvron et al. 2021): timm's ImageNet-1k files; the distilled ones carry the distillation token.
+    *(_deit(variant, name, timm_name, size, top1) for variant, name, timm_name, size, top1 in (
+        ("Ti16", "deit_in1k", "deit_tiny_patch16_224", 224, 72.2),
+        ("Ti16", "deit_distilled_in1k", "deit_tiny_distilled_patch16_224", 224, 74.5),
+        ("S16", "deit_in1k", "deit_small_patch16_224", 224, 79.8),
+        ("S16", "deit_distilled_in1k", "deit_small_distilled_patch16_224", 224, 81.2),
+        ("B16", "deit_in1k", "deit_base_patch16_224", 224, 81.8),
+        ("B16", "deit_distilled_in1k", "deit_base_distilled_patch16_224", 224, 83.4),
+        ("B16", "deit_distilled_in1k_384", "deit_base_distilled_patch16_384", 384, 85.2),
+    )),
 ]
 """Every published checkpoint, one record each, in table order (the order of `names_for` and `all_names`).
 The weights table of docs/WEIGHTS.md is generated from it: `python tools/weights_table.py --write`."""

@@ -105,7 +105,7 @@ def test_sharded_folder(tmp_path, images):
 
 @pytest.mark.parametrize("change, message", [
     (dict(hidden_act="relu"), "hidden_act='relu'"),
-    (dict(model_type="deit"), "model_type='deit'"),
+    (dict(model_type="swin"), "model_type='swin'"),  # DeiT (model_type 'deit') is read: tests/test_deit.py
     (dict(num_hidden_layers=3), "num_hidden_layers=3"),
     (dict(num_attention_heads=5), "num_heads=5"),
 ])

@@ -45,6 +45,7 @@ OPTION_CASES = [
                why="a hybrid is chosen by --model (a published hybrid variant), not a flag"),
     OptionCase("include_preprocessing", dict(include_preprocessing=True), None, "`include_preprocessing=True`",
                why="the app scales images in its pipeline"),
+    OptionCase("distillation_token", dict(distillation_token=True), "distillation_token", "`distillation_token=True`"),
 ]
 
 

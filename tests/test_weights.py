@@ -34,6 +34,13 @@ def test_every_variant_has_its_published_names():
 
 def test_table_entries_are_consistent():
     for (variant, name), entry in weights.WEIGHTS.items():
+        if name.startswith("deit"):  # timm's DeiT files on the Hugging Face Hub
+            timm_name = f"deit_{dict(Ti16='tiny', S16='small', B16='base')[variant]}_" + \
+                ("distilled_" if "distilled" in name else "") + f"patch16_{entry.image_size}.fb_in1k"
+            assert entry.url == f"https://huggingface.co/timm/{timm_name}/resolve/main/model.safetensors"
+            assert not entry.gelu_approximate and entry.layer_norm_epsilon == 1e-6 and entry.sha256 is None
+            assert entry.classes == 1000 and entry.preprocessing == "imagenet"
+            continue
         assert entry.url.startswith("https://storage.googleapis.com/vit_models/")
         assert entry.url.endswith(".npz") and entry.sha256 is None  # no checksum known: documented
         assert entry.gelu_approximate and entry.layer_norm_epsilon == 1e-6 and entry.preprocessing == "inception"
@@ -175,6 +182,21 @@ PINNED_TABLE = [
     ('R50_L32', 'augreg_in21k_ft_in1k_224',
      'augreg/R50_L_32-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1--imagenet2012-steps_20k-lr_0.01-res_224.npz',
      224, 1000, None, None, 'see upstream'),
+    # DeiT: timm's files on the Hugging Face Hub; top-1 from the facebookresearch/deit README
+    ('Ti16', 'deit_in1k', 'timm/deit_tiny_patch16_224.fb_in1k/resolve/main/model.safetensors',
+     224, 1000, None, 72.2, 'DeiT README'),
+    ('Ti16', 'deit_distilled_in1k', 'timm/deit_tiny_distilled_patch16_224.fb_in1k/resolve/main/model.safetensors',
+     224, 1000, None, 74.5, 'DeiT README'),
+    ('S16', 'deit_in1k', 'timm/deit_small_patch16_224.fb_in1k/resolve/main/model.safetensors',
+     224, 1000, None, 79.8, 'DeiT README'),
+    ('S16', 'deit_distilled_in1k', 'timm/deit_small_distilled_patch16_224.fb_in1k/resolve/main/model.safetensors',
+     224, 1000, None, 81.2, 'DeiT README'),
+    ('B16', 'deit_in1k', 'timm/deit_base_patch16_224.fb_in1k/resolve/main/model.safetensors',
+     224, 1000, None, 81.8, 'DeiT README'),
+    ('B16', 'deit_distilled_in1k', 'timm/deit_base_distilled_patch16_224.fb_in1k/resolve/main/model.safetensors',
+     224, 1000, None, 83.4, 'DeiT README'),
+    ('B16', 'deit_distilled_in1k_384', 'timm/deit_base_distilled_patch16_384.fb_in1k/resolve/main/model.safetensors',
+     384, 1000, None, 85.2, 'DeiT README'),
 ]
 
 
@@ -185,8 +207,9 @@ def test_the_resolved_table_is_the_pinned_one():
     assert list(weights.WEIGHTS) == [(variant, name) for variant, name, *_ in PINNED_TABLE]
     assert len(weights.PUBLISHED) == len(weights.WEIGHTS)  # no (variant, name) twice in the literal list
     for entry in weights.WEIGHTS.values():
+        deit = entry.name.startswith("deit")  # timm's code: exact GELU, ImageNet mean/std input
         assert (entry.sha256, entry.gelu_approximate, entry.layer_norm_epsilon, entry.preprocessing) == (
-            None, True, 1e-6, "inception"), entry
+            None, deit is False, 1e-6, "imagenet" if deit else "inception"), entry
 
 
 def test_constructor_defaults_are_the_documented_best_checkpoints():
@@ -321,7 +344,8 @@ def test_markdown_table_has_one_row_per_entry_with_its_fields():
     assert list(rows) == sorted(weights.WEIGHTS, key=lambda k: list(VARIANTS).index(k[0]))  # by variant, stable
     for key, entry in weights.WEIGHTS.items():
         path, size, classes, pre_logits, top1, notes, default = rows[key]
-        assert (path, size, classes) == (entry.path, entry.image_size, entry.classes)
+        assert (path, size, classes) == (entry.path if entry.host is None else entry.url, entry.image_size,
+                                         entry.classes)
         assert pre_logits == ("-" if entry.representation_size is None else str(entry.representation_size))
         assert top1 == (entry.top1_source if entry.imagenet_top1 is None
                         else f"{entry.imagenet_top1:g}, {entry.top1_source}")

@@ -29,7 +29,8 @@ def _top1_cell(entry: WeightsEntry) -> str:
 
 def markdown_table() -> str:
     """The weights table as Markdown, one row per `PUBLISHED` entry, by variant (in `VARIANTS` order), then in
-    table order; the default of each named constructor is marked "(default)"."""
+    table order; the default of each named constructor is marked "(default)"; a file elsewhere (DeiT's, on the
+    Hugging Face Hub) shows its whole URL."""
     order = {variant: i for i, variant in enumerate(VARIANTS)}
     rows = sorted(PUBLISHED, key=lambda e: order.get(e.variant, len(order)))  # stable: table order per variant
     lines = [
@@ -39,7 +40,8 @@ def markdown_table() -> str:
     for e in rows:
         default = " (default)" if DEFAULT_WEIGHTS.get(e.variant) == e.name else ""
         pre_logits = "-" if e.representation_size is None else str(e.representation_size)
-        lines.append(f"| {e.variant} | `{e.name}`{default} | `{e.path}` | {e.image_size} | {e.classes} | {pre_logits} "
+        file = e.path if e.host is None else e.url
+        lines.append(f"| {e.variant} | `{e.name}`{default} | `{file}` | {e.image_size} | {e.classes} | {pre_logits} "
                      f"| {_top1_cell(e)} | {e.notes or '-'} |")
     return "\n".join(lines) + "\n"
 

@@ -124,6 +124,9 @@ class Config:
     locality_attention: bool | None = _field(  # None: the checkpoint's with --weights, else off
         None, "Locality self-attention in every block (no attention to oneself, a learned temperature).",
         vit_argument=True)
+    distillation_token: bool | None = _field(  # None: the checkpoint's with --weights, else off
+        None, "DeiT's distillation token and its head_dist beside head (a student to distil from a teacher); the "
+        "output is the mean of the two heads (default: the checkpoint's, else off).", vit_argument=True)
     head_bias_init: float = _field(0.0, "Initial head bias (-10 in the imagenet21k pre-training).")
     rematerialize: bool = _field(True, "Recompute each block's MLP hidden layer and attention probabilities in the "
                                  "backward pass instead of storing them (keras_vit.ViT's rematerialize): the same "

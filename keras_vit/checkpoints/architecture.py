@@ -2,7 +2,8 @@
 
 A checkpoint carries no config, but its shapes fix everything that matters: the patch embedding kernel
 (P, P, C, D) gives the patch size, channels and width; the blocks give depth, heads (query kernel
-(D, heads, head_dim)) and MLP width; `cls` means the token classifier; `pre_logits` its representation
+(D, heads, head_dim)) and MLP width; `cls` means the token classifier, `dist` DeiT's distillation token;
+`pre_logits` its representation
 size; `head` its classes; the position embedding the training resolution; the query/key/value biases, or
 their absence, `qkv_bias`. keras_vit's own options (`keras_vit.variants.OWN_OPTIONS`: the position embedding
 kind, the tokenizer, locality attention, ...) are not read from shapes: a keras_vit file carries its arguments, and
@@ -33,14 +34,19 @@ import re
 import numpy as np
 
 from keras_vit import variants
-from keras_vit.checkpoints.canonical import Checkpoint
+from keras_vit.checkpoints.canonical import DISTILLATION_HEAD, DISTILLATION_TOKEN, Checkpoint
 
 log = logging.getLogger("keras_vit")
 
 QKV_BIAS_KEYS = tuple(f"MultiHeadDotProductAttention_1/{name}/bias" for name in ("query", "key", "value"))
 """The official keys (below `Transformer/encoderblock_{i}/`) that `qkv_bias=False` models lack."""
 
-PRESENCE = {"qkv_bias": (f"Transformer/encoderblock_0/{QKV_BIAS_KEYS[0]}", "query/key/value biases")}
+DISTILLATION_HEAD_KEYS = (f"{DISTILLATION_HEAD}/kernel", f"{DISTILLATION_HEAD}/bias")
+
+PRESENCE = {
+    "qkv_bias": (f"Transformer/encoderblock_0/{QKV_BIAS_KEYS[0]}", "query/key/value biases"),
+    "distillation_token": (DISTILLATION_TOKEN, "distillation token"),
+}
 """The `keras_vit.ViT` switches a checkpoint decides by holding a canonical key or not (argument -> (key, what the
 key's layer holds, for messages)): inference,
 the description and the conflict check loop over it. The readers translate what a file holds and invent nothing:
@@ -72,14 +78,15 @@ class CheckpointArchitecture:
     grid: tuple[int, int] | None
     hybrid: dict | None
     """The hybrid's ResNet stem as read from the file: dict(block_units=(...), width=...), or None."""
-    switches: dict = dataclasses.field(default_factory=lambda: {name: True for name in PRESENCE})
+    switches: dict = dataclasses.field(default_factory=lambda: {name: variants.DEFAULTS[name] for name in PRESENCE})
     """The `PRESENCE` switches as the file decides them (`qkv_bias`: whether it holds query/key/value biases)."""
     options: dict = dataclasses.field(default_factory=lambda: dict(variants.OWN_OPTIONS))
     """keras_vit's own options (`variants.OWN_OPTIONS` keys): a keras_vit file's values, else the defaults."""
 
     @property
     def num_prefix_tokens(self) -> int:
-        return 1 if self.classifier == "token" else 0
+        """Rows of the position table before the patch rows: [class], and DeiT's distillation token."""
+        return (1 if self.classifier == "token" else 0) + int(self.switches.get("distillation_token", False))
 
     @property
     def stride(self) -> int:
@@ -111,7 +118,8 @@ class CheckpointArchitecture:
         extra = f", pre_logits {self.representation_size}" if self.representation_size else ""
         hybrid = f" with ResNet stem {self.hybrid}" if self.hybrid else ""
         size = f", trained at {self.image_size[0]}x{self.image_size[1]}" if self.image_size else ""
-        bias = "".join(f", {_holds(key, value)}" for key, value in self.switches.items() if not value) + "".join(
+        bias = "".join(f", {_holds(key, value)}" for key, value in self.switches.items()
+                       if value != variants.DEFAULTS[key]) + "".join(
             f", {key}={value!r}" for key, value in self.options.items() if value != variants.OWN_OPTIONS[key])
         return (f"{name}{hybrid} (patch {self.stride}, D={self.hidden_size}, {self.num_layers} layers, "
                 f"{self.num_heads} heads, MLP {self.mlp_dim}, {self.channels} channels{bias}), {self.classifier} "
@@ -150,7 +158,10 @@ def infer(checkpoint: Checkpoint) -> CheckpointArchitecture:
     query = _require(params, "Transformer/encoderblock_0/MultiHeadDotProductAttention_1/query/kernel", path)
     mlp = _require(params, "Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel", path)
     classifier = "token" if "cls" in params else "gap"
-    prefix = 1 if classifier == "token" else 0
+    if DISTILLATION_TOKEN in params and classifier != "token":
+        raise ValueError(f"{path!r} has a distillation token ({DISTILLATION_TOKEN!r}) but no [class] token ('cls'): "
+                         "DeiT's distillation token follows the [class] token.")
+    prefix = (1 if classifier == "token" else 0) + int(DISTILLATION_TOKEN in params)
     posemb = params.get("Transformer/posembed_input/pos_embedding")
     if posemb is None and checkpoint.arguments is None:  # every published layout has one; a keras_vit file says
         _require(params, "Transformer/posembed_input/pos_embedding", path)  # in its arguments whether it has one

@@ -24,6 +24,12 @@ import os
 
 import numpy as np
 
+DISTILLATION_TOKEN = "dist"
+"""The official-layout key of DeiT's distillation token (1, 1, D) (timm `dist_token`, transformers
+`deit.embeddings.distillation_token`), beside `cls`; the official code has none, so keras_vit names it."""
+DISTILLATION_HEAD = "head_dist"
+"""The official-layout prefix of DeiT's distillation head (`head_dist/kernel` (D, classes), `head_dist/bias`)."""
+
 
 @dataclasses.dataclass(frozen=True)
 class Checkpoint:
@@ -32,7 +38,8 @@ class Checkpoint:
     Args:
         params: arrays by official key (`embedding/kernel`, `cls`,
             `Transformer/posembed_input/pos_embedding`, `Transformer/encoderblock_{i}/...`,
-            `Transformer/encoder_norm/...`, optional `pre_logits/...`, `head/...`; hybrid models add the
+            `Transformer/encoder_norm/...`, optional `pre_logits/...`, `head/...`; DeiT's `dist` and
+            `head_dist/...`; hybrid models add the
             ResNet stem's top-level `conv_root/...`, `gn_root/...`, `block{s}/unit{u}/...` keys).
         source: where it came from: `"official"`, `"timm"` or `"huggingface"`.
         path: the file or folder it was read from (for messages).

@@ -15,6 +15,13 @@ ViTModel:
     pooler.dense (ViTModel; tanh of the class token)             -> pre_logits
     classifier (no prefix)                                       -> head
 
+DeiT (`transformers/models/deit/modeling_deit.py`, model_type `"deit"`, prefix `deit.`) has the same names and
+adds `embeddings.distillation_token` -> `dist` (after `cls`; `position_embeddings` has two prefix rows).
+`DeiTForImageClassificationWithTeacher`'s `cls_classifier` -> `head` and `distillation_classifier` -> `head_dist`
+(its `logits`, their mean, is keras_vit's output with `distillation_token=True`); `DeiTForImageClassification`'s
+`classifier` reads the [class] token alone, so the file loads with `include_top=False` or new heads
+(`keras_vit.loading` says so). The plain DeiT models on the Hub (`facebook/deit-*-patch16-*`) are ViT files.
+
 The LayerNorm epsilon (`layer_norm_eps`, 1e-12 by default in transformers) and the GELU form
 (`hidden_act`: `"gelu"` exact erf; `"gelu_new"`, `"gelu_pytorch_tanh"`, `"gelu_fast"` the tanh form) come from
 config.json, so the Keras model reproduces the transformers logits. The number of heads is
@@ -34,10 +41,16 @@ from keras_vit import variants
 from keras_vit.checkpoints import safetensors_file, torch_layout
 from keras_vit.checkpoints.layouts import HF_PATCH as _PATCH
 from keras_vit.checkpoints.layouts import CONFIG_NAME, looks_like_huggingface, resolve_files
-from keras_vit.checkpoints.canonical import Checkpoint
+from keras_vit.checkpoints.canonical import DISTILLATION_HEAD, DISTILLATION_TOKEN, Checkpoint
 from keras_vit.checkpoints.torch_layout import ATTENTION, BLOCK, MLP, identity
 
 SOURCE = "Hugging Face"
+MODEL_TYPES = ("vit", "deit")
+_PREFIXES = ("vit.", "deit.")
+"""The base model's prefix in `*ForImageClassification*` files; a bare `ViTModel` / `DeiTModel` has none."""
+_HEADS = (("head", "classifier"), ("head", "cls_classifier"), (DISTILLATION_HEAD, "distillation_classifier"))
+"""(official, transformers) heads: ViT's and DeiTForImageClassification's `classifier`, and the two heads of
+`DeiTForImageClassificationWithTeacher`."""
 # hidden_act -> gelu_approximate
 _GELU_FORMS = {"gelu": False, "gelu_new": True, "gelu_pytorch_tanh": True, "gelu_fast": True}
 
@@ -52,10 +65,10 @@ def read_config(config_path: str) -> dict:
     if not isinstance(config, dict):
         raise ValueError(f"{CONFIG_NAME} must hold a JSON object. Received: path={config_path!r}")
     model_type = config.get("model_type", "vit")
-    if model_type != "vit":
+    if model_type not in MODEL_TYPES:
         raise ValueError(
-            f"Only Hugging Face ViT models (model_type 'vit') are supported. Received: model_type={model_type!r} "
-            f"in {config_path!r}"
+            f"Only Hugging Face ViT and DeiT models (model_type {' or '.join(map(repr, MODEL_TYPES))}) are supported. "
+            f"Received: model_type={model_type!r} in {config_path!r}"
         )
     act = config.get("hidden_act", "gelu")
     if act not in _GELU_FORMS:
@@ -103,7 +116,7 @@ def read(path) -> Checkpoint:
         raise ValueError(
             f"{path!r} is not a Hugging Face ViT checkpoint (no `{_PATCH}`). Received tensors: {sorted(tensors)[:10]}"
         )
-    prefix = "vit." if f"vit.{_PATCH}" in tensors else ""
+    prefix = next((p for p in _PREFIXES if f"{p}{_PATCH}" in tensors), "")
     layers = torch_layout.count_blocks(tensors, f"{prefix}encoder.layer.", path)
     width = tensors[prefix + _PATCH].shape[0]
     if (layers, width) != (config["num_layers"], config["hidden_size"]):
@@ -118,11 +131,11 @@ def read(path) -> Checkpoint:
         raise ValueError(
             f"{config_path!r} disagrees with the weights in {path!r}: config says qkv_bias={config['qkv_bias']}; the "
             f"weights {'have' if has_bias else 'have no'} query/key/value biases.")
-    plan = _embedding_plan(prefix)
+    plan = _embedding_plan(prefix, tensors)
     for i in range(layers):
         plan += _block_plan(prefix, i, heads, tensors)
     plan += _linear_plan("Transformer/encoder_norm", prefix + "layernorm", norm=True)
-    for official, hf_name in (("pre_logits", prefix + "pooler.dense"), ("head", "classifier")):
+    for official, hf_name in (("pre_logits", prefix + "pooler.dense"), *_HEADS):
         if f"{hf_name}.weight" in tensors:
             plan += _linear_plan(official, hf_name)
     params = torch_layout.translate(tensors, plan, path, SOURCE)
@@ -142,14 +155,17 @@ def _linear_plan(official: str, hf_name: str, norm: bool = False, kernel_fn=torc
     return [(f"{official}/kernel", (f"{hf_name}.weight",), kernel_fn), (f"{official}/bias", (f"{hf_name}.bias",), identity)]
 
 
-def _embedding_plan(prefix: str) -> list:
+def _embedding_plan(prefix: str, tensors: dict) -> list:
     e = prefix + "embeddings."
-    return [
+    plan = [
         ("embedding/kernel", (e + "patch_embeddings.projection.weight",), torch_layout.conv_kernel),
         ("embedding/bias", (e + "patch_embeddings.projection.bias",), identity),
         ("cls", (e + "cls_token",), identity),
         ("Transformer/posembed_input/pos_embedding", (e + "position_embeddings",), identity),
     ]
+    if e + "distillation_token" in tensors:  # DeiT
+        plan.append((DISTILLATION_TOKEN, (e + "distillation_token",), identity))
+    return plan
 
 
 def _block_plan(prefix: str, i: int, heads: int, tensors: dict) -> list:

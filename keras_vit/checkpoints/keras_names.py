@@ -1,7 +1,8 @@
 """Official checkpoint keys <-> Keras variables of a keras_vit model, by explicit layer names.
 
 The one place that knows which Keras variable holds which official array. Layers are found through
-`keras_vit.model_parts` (`patch_encoder`, `encoder_block_{i}`, `encoder_norm`, `pre_logits`, `head`, and
+`keras_vit.model_parts` (`patch_encoder`, `encoder_block_{i}`, `encoder_norm`, `pre_logits`, `head`, DeiT's `dist`
+token and `head_dist`, and
 `resnet_stem` for the hybrid, whose keys come from `keras_vit.checkpoints.resnet_names.resnet_targets`), never
 by position. A `qkv_bias=False` model has no query/key/value bias keys. A weight no published layout has (those of
 keras_vit's own options, `keras_vit.variants.OWN_OPTIONS`: a convolutional stem, a locality temperature, ...) is
@@ -21,6 +22,7 @@ Example:
 import keras
 
 from keras_vit import model_parts
+from keras_vit.checkpoints.canonical import DISTILLATION_HEAD, DISTILLATION_TOKEN
 
 RESHAPED_KEYS = ("embedding/kernel",)
 """Keys whose array is reshaped (same element order) to the variable's shape."""
@@ -83,11 +85,14 @@ def targets(model: keras.Model) -> dict:
         out[POSITION_EMBEDDING] = encoder.position_embedding
     if encoder.use_class_token:
         out["cls"] = encoder.class_token
+    if getattr(encoder, "use_distillation_token", False):
+        out[DISTILLATION_TOKEN] = encoder.distillation_token
     for i, block in enumerate(model_parts.encoder_blocks(model)):
         out.update(block_targets(block, f"Transformer/encoderblock_{i}"))
     norm = model_parts.encoder_norm(model)
     out["Transformer/encoder_norm/scale"], out["Transformer/encoder_norm/bias"] = norm.gamma, norm.beta
-    for name, layer in (("pre_logits", model_parts.pre_logits(model)), ("head", model_parts.head(model))):
+    for name, layer in (("pre_logits", model_parts.pre_logits(model)), ("head", model_parts.head(model)),
+                        (DISTILLATION_HEAD, model_parts.distillation_head(model))):
         if layer is not None:
             out.update(_dense(name, layer))
     if (stem := model_parts.resnet_stem(model)) is not None:

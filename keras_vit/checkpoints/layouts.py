@@ -25,9 +25,9 @@ def looks_like_timm(names) -> bool:
 
 
 def looks_like_huggingface(names) -> bool:
-    """True when tensor names follow transformers' ViT naming, with or without the `vit.` prefix."""
+    """True when tensor names follow transformers' ViT naming, with or without the `vit.` (DeiT: `deit.`) prefix."""
     names = set(names)
-    return HF_PATCH in names or f"vit.{HF_PATCH}" in names
+    return HF_PATCH in names or f"vit.{HF_PATCH}" in names or f"deit.{HF_PATCH}" in names
 
 
 def resolve_files(path) -> tuple[list[str], str]:

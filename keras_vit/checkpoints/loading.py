@@ -44,7 +44,8 @@ from keras_vit.checkpoints.weights_files import (  # noqa: F401  (public here to
 
 log = logging.getLogger("keras_vit")
 
-_HEAD_KEYS = ("head/kernel", "head/bias")
+_HEAD_KEYS = ("head/kernel", "head/bias", *architecture.DISTILLATION_HEAD_KEYS)
+"""A head for other classes is new: DeiT's `head_dist` with `head`."""
 _PRE_LOGITS_KEYS = ("pre_logits/kernel", "pre_logits/bias")
 
 
@@ -166,6 +167,7 @@ def plan_load(model, checkpoint: Checkpoint, interpolation: str = "bilinear", la
     head = targets.get("head/kernel")
     new_head = head is not None and ("head/kernel" not in params or params["head/kernel"].shape[-1] != head.shape[-1])
     _check_qkv_bias(model, targets, checkpoint, arch, label)
+    _check_distillation(model, targets, checkpoint, arch, label, new_head)
     for key, variable in targets.items():
         if new_head and key in _HEAD_KEYS:
             report.reinitialised.append(key)
@@ -224,6 +226,26 @@ def _check_qkv_bias(model, targets, checkpoint: Checkpoint, arch, label) -> None
         )
 
 
+def _check_distillation(model, targets, checkpoint: Checkpoint, arch, label, new_head: bool) -> None:
+    """Refuses DeiT's distillation token for a model without it and its absence for one with it; and a file whose
+    token has no head of its own (transformers' `DeiTForImageClassification`: one head on the [class] token) for a
+    distilled model's two heads, unless both are new."""
+    key = architecture.DISTILLATION_TOKEN
+    model_has, file_has = key in targets, key in checkpoint.params
+    if model_has != file_has:
+        raise ValueError(
+            f"The checkpoint {label!r} has {'a' if file_has else 'no'} distillation token, but model {model.name!r} "
+            f"was built {'without' if file_has else 'with'} one (distillation_token={model_has}): build it with "
+            f"distillation_token={file_has}. The checkpoint looks like {arch.describe()}.")
+    head_dist = architecture.DISTILLATION_HEAD_KEYS[0]
+    if head_dist in targets and not new_head and head_dist not in checkpoint.params:
+        raise ValueError(
+            f"The checkpoint {label!r} has a distillation token but a single head, on the [class] token "
+            f"(transformers' DeiTForImageClassification): model {model.name!r} averages two heads (head and "
+            "head_dist), which would compute something else. Load it with include_top=False (features) or with "
+            f"classes=N for two new heads to fine-tune. The checkpoint looks like {arch.describe()}.")
+
+
 def load_checkpoint(model, checkpoint: Checkpoint, interpolation: str = "bilinear", label=None) -> LoadReport:
     """Loads a canonical checkpoint into a built model: everything is validated before anything is assigned.
 
@@ -243,8 +265,10 @@ def _report(model, checkpoint, report: LoadReport, label) -> None:
     log.info("Loaded %d arrays of %s (%s) into %r.", len(report.loaded), label, checkpoint.source, model.name)
     if report.resampled:
         old, new, method = report.resampled
-        log.warning("Resampled the position embedding from a %dx%d to a %dx%d patch grid (%s, class token kept).",
-                    *old, *new, method)
+        kept = "class and distillation tokens kept" if model_parts.patch_encoder(model).num_prefix_tokens > 1 \
+            else "class token kept"
+        log.warning("Resampled the position embedding from a %dx%d to a %dx%d patch grid (%s, %s).",
+                    *old, *new, method, kept)
     if report.adapted_channels:
         log.warning("Adapted the kernel that sees the image from %d to %d input channels (summed over the colour "
                     "channels for one, as timm's in_chans).", *report.adapted_channels)
@@ -258,8 +282,10 @@ def _report(model, checkpoint, report: LoadReport, label) -> None:
     if head_new:
         kernel = checkpoint.params.get("head/kernel")
         found = f"has {kernel.shape[-1]} classes" if kernel is not None else "has no head"
-        log.warning("The checkpoint %s and the model %d classes: the head is new and zero-initialised (as in the "
-                    "paper's fine-tuning); train it before use.", found, model_parts.head(model).units)
+        heads = "the heads (head and head_dist) are" if model_parts.distillation_head(model) is not None else \
+            "the head is"
+        log.warning("The checkpoint %s and the model %d classes: %s new and zero-initialised (as in the "
+                    "paper's fine-tuning); train it before use.", found, model_parts.head(model).units, heads)
     if any(k.startswith("pre_logits/") for k in report.reinitialised):
         log.warning("The checkpoint has no pre_logits layer; the model's pre_logits is newly initialised.")
     if "head/kernel" in report.loaded and not np.any(checkpoint.params["head/kernel"]):

@@ -4,6 +4,7 @@ timm (github.com/huggingface/pytorch-image-models, `timm/models/vision_transform
 
     patch_embed.proj.weight (D,C,P,P), .bias     -> embedding/kernel (P,P,C,D), embedding/bias
     cls_token (1,1,D)                            -> cls
+    dist_token (1,1,D) (DeiT, timm.models.deit)  -> dist
     pos_embed (1,T,D)                            -> Transformer/posembed_input/pos_embedding
     blocks.{i}.norm1 / norm2                     -> LayerNorm_0 / LayerNorm_2 (weight -> scale)
     blocks.{i}.attn.qkv.weight (3D,D), .bias     -> MultiHeadDotProductAttention_1/{query,key,value}
@@ -12,6 +13,7 @@ timm (github.com/huggingface/pytorch-image-models, `timm/models/vision_transform
     norm                                         -> Transformer/encoder_norm
     pre_logits.fc (older timm, with tanh)        -> pre_logits
     head.weight (classes,D), .bias               -> head
+    head_dist.weight, .bias (DeiT distilled)     -> head_dist
 
 timm models use exact (erf) GELU and LayerNorm epsilon 1e-6 (`partial(nn.LayerNorm, eps=1e-6)`), so the
 checkpoint says `gelu_approximate=False`, `layer_norm_epsilon=1e-6`. The number of heads is not in the file:
@@ -24,6 +26,11 @@ same thing), and `qkv_bias=False` (no biases in the file, none in the checkpoint
 tokens, attention-pool (MAP) heads, q/k normalisation, CNN stems other than the official hybrids' ResNet and
 any other unknown tensor. The hybrids of `vision_transformer_hybrid.py` (R+Ti/16, R26+S/32, R50+B/16,
 R50+L/32: `patch_embed.backbone.*`) read as the official ResNet keys (`resnet_names.timm_resnet_plan`).
+
+DeiT (`timm.models.deit`): the plain `deit_*_patch16_*` files are a ViT layout and read as one; the distilled
+`deit_*_distilled_patch16_*` files (`VisionTransformerDistilled`) add `dist_token` after `cls_token`, two prefix
+rows in `pos_embed` and `head_dist`, read as a `distillation_token=True` model (its eval output, the mean of both
+heads, is keras_vit's).
 
 Not visible in the weights: timm's `global_pool="avg"` on a model with a class token (pools patch tokens
 only); such a file reads as a token-classifier model. Models without a class token read as `gap`.
@@ -43,7 +50,7 @@ import numpy as np
 from keras_vit import variants
 from keras_vit.checkpoints import resnet_names, safetensors_file, torch_layout
 from keras_vit.checkpoints.layouts import looks_like_timm
-from keras_vit.checkpoints.canonical import Checkpoint
+from keras_vit.checkpoints.canonical import DISTILLATION_HEAD, DISTILLATION_TOKEN, Checkpoint
 from keras_vit.checkpoints.torch_layout import ATTENTION, BLOCK, MLP, identity
 
 SOURCE = "timm"
@@ -103,7 +110,7 @@ def read(path, num_heads: int | None = None) -> Checkpoint:
         ("Transformer/encoder_norm/scale", ("norm.weight",), identity),
         ("Transformer/encoder_norm/bias", ("norm.bias",), identity),
     ]
-    for official, timm_name in (("pre_logits", "pre_logits.fc"), ("head", "head")):
+    for official, timm_name in (("pre_logits", "pre_logits.fc"), ("head", "head"), (DISTILLATION_HEAD, "head_dist")):
         if f"{timm_name}.weight" in tensors:
             plan += [
                 (f"{official}/kernel", (f"{timm_name}.weight",), torch_layout.linear_kernel),
@@ -121,8 +128,13 @@ def _embedding_plan(tensors: dict) -> list:
     ]
     if "cls_token" in tensors:
         plan.append(("cls", ("cls_token",), identity))
+        prefix = 1
+        if "dist_token" in tensors:  # DeiT distilled: pos_embed covers both prefix tokens
+            plan.append((DISTILLATION_TOKEN, ("dist_token",), identity))
+            prefix = 2
         if _is_no_embed_class(tensors.get("pos_embed")):
-            plan[2] = ("Transformer/posembed_input/pos_embedding", ("pos_embed",), _prepend_zero_row)
+            plan[2] = ("Transformer/posembed_input/pos_embedding", ("pos_embed",),
+                       lambda pos_embed: _prepend_zero_rows(pos_embed, prefix))
     return plan
 
 
@@ -135,9 +147,9 @@ def _is_no_embed_class(pos_embed) -> bool:
     return math.isqrt(tokens) ** 2 == tokens
 
 
-def _prepend_zero_row(pos_embed: np.ndarray) -> np.ndarray:
-    """cat(cls, patches + pos) == cat(cls, patches) + cat(0, pos)."""
-    zero = np.zeros((pos_embed.shape[0], 1, pos_embed.shape[2]), pos_embed.dtype)
+def _prepend_zero_rows(pos_embed: np.ndarray, rows: int = 1) -> np.ndarray:
+    """cat(cls, patches + pos) == cat(cls, patches) + cat(0, pos) (`rows` 2: cls and DeiT's dist token)."""
+    zero = np.zeros((pos_embed.shape[0], rows, pos_embed.shape[2]), pos_embed.dtype)
     return np.concatenate([zero, pos_embed], axis=1)
 
 

@@ -69,6 +69,8 @@ def inspect_model(model: keras.Model, preprocessing: str = "auto") -> ModelSpec:
     activation = keras.activations.serialize(head.activation) if has_head else None
     if isinstance(activation, dict):
         activation = activation.get("config", {}).get("name", str(activation))
+    if model_parts.distillation_head(model) is not None:  # DeiT: linear heads, the activation after their mean
+        activation = model_parts.output_activation(model)
     scale = preprocessing == "vit" or (preprocessing == "auto" and not vit_preprocessing.scales_own_input(model))
     return ModelSpec(
         height=input_shape[1],

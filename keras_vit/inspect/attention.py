@@ -22,7 +22,8 @@ class TokenGeometry:
         grid_shape: (rows, columns) of the patch grid; patch tokens are numbered row-major.
         patch_size: (height, width) in input pixels covered by one patch token (P for a plain ViT; the
             total stride for a hybrid, whose patches are taken from a CNN feature map).
-        num_prefix_tokens: tokens before the patch tokens (1 with a [class] token, 0 for GAP models).
+        num_prefix_tokens: tokens before the patch tokens (1 with a [class] token, 2 with DeiT's
+            distillation token too, 0 for GAP models).
     """
 
     image_shape: tuple

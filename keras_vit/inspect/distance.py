@@ -41,7 +41,8 @@ def mean_attention_distance(attention, grid_shape, patch_size, num_prefix_tokens
         attention: one layer's probabilities (B, heads, T, T), or a sequence of L such layers.
         grid_shape: (rows, columns) of the patch grid.
         patch_size: side of a patch in pixels (a number or (height, width)).
-        num_prefix_tokens: tokens before the patch tokens (1 for token models, 0 for GAP models).
+        num_prefix_tokens: tokens before the patch tokens (1 for token models, 2 with DeiT's distillation
+            token, 0 for GAP models).
 
     Returns:
         float64 array (heads,) for one layer, or (L, heads) for a sequence of layers.

@@ -90,7 +90,8 @@ def rollout_maps(rollout, grid_shape, num_prefix_tokens, image_shape=None):
     Args:
         rollout: array (B, T, T) from `attention_rollout`.
         grid_shape: (rows, columns) of the patch grid; rows * columns = T - num_prefix_tokens.
-        num_prefix_tokens: tokens before the patch tokens (1 for token models, 0 for GAP models).
+        num_prefix_tokens: tokens before the patch tokens (1 for token models, 2 with DeiT's distillation
+            token, 0 for GAP models).
         image_shape: optional (H, W); the maps are then bilinearly upsampled to the image.
 
     Returns:

@@ -13,7 +13,8 @@ def position_embedding_similarity(position_embedding, grid_shape, num_prefix_tok
     Args:
         position_embedding: array (1, T, D) or (T, D), e.g. the `patch_encoder`'s `position_embedding`.
         grid_shape: (rows, columns) of the patch grid; rows * columns = T - num_prefix_tokens.
-        num_prefix_tokens: leading non-patch rows (1 for token models, 0 for GAP models).
+        num_prefix_tokens: leading non-patch rows (1 for token models, 2 with DeiT's distillation token, 0
+            for GAP models).
 
     Returns:
         float64 array (rows, columns, rows, columns) with values in [-1, 1].

@@ -1,6 +1,6 @@
-"""`PatchEncoder`: linear patch projection, [class] token and position embedding (eq. 1): learned 1-D, or fixed
-2-D sin-cos (`sincos_2d`). The kinds of position embedding are this layer's: `POSITION_EMBEDDINGS`,
-`check_position_embedding`. `resize_grid`: the learned table resampled to another patch grid inside the graph
+"""`PatchEncoder`: linear patch projection, [class] token (and DeiT's distillation token) and position embedding
+(eq. 1): learned 1-D, or fixed 2-D sin-cos (`sincos_2d`). The kinds of position embedding are this layer's:
+`POSITION_EMBEDDINGS`, `check_position_embedding`. `resize_grid`: the learned table resampled to another patch grid inside the graph
 (a model of any input size), as `keras_vit.checkpoints.pos_embed` does at load time."""
 
 import keras
@@ -128,20 +128,24 @@ class PatchEncoder(keras.layers.Layer):
     Implements z_0 = [x_class; x_p^1 E; ...; x_p^N E] + E_pos (paper eq. 1) followed by the embedding
     dropout of the official code. The sequence length T = N + 1 with the class token (token classifier)
     and T = N without it (GAP classifier); both the number of patches N and their width come from the
-    input shape at build time.
+    input shape at build time. With `distillation_token` (DeiT, arXiv 2012.12877) a second learned token follows
+    the [class] token, T = N + 2: [x_class; x_dist; patches] + E_pos, each prefix token with its own table row,
+    as timm's `VisionTransformerDistilled` and transformers' `DeiTEmbeddings`.
 
-    Weights: `projection` (kernel (P*P*C, D), bias (D,)), `class_token` (1, 1, D), and for the learned
+    Weights: `projection` (kernel (P*P*C, D), bias (D,)), `class_token` (1, 1, D), `distillation_token`
+    (1, 1, D) with `distillation_token=True`, and for the learned
     embedding `position_embedding` (1, T, D). The fixed `"sincos2d"` embedding (`sincos_2d`)
     has no weight: it is added to the patch tokens before the [class] token is prepended, as in big_vision.
 
     Patches on their grid, (B, rows, cols, P*P*C) (`Patches(flatten=False)`), may come on another grid than
     `grid` (a model of any input size): the learned table's patch rows are then resampled to it in the graph
     with `interpolation` (`resize_grid`, the load-time resampling of `keras_vit.checkpoints.pos_embed`; the
-    [class] row kept), the sin-cos table computed for it. On `grid` itself the table is added as it is.
+    prefix rows kept), the sin-cos table computed for it. On `grid` itself the table is added as it is.
 
     Args:
         hidden_size: D, the token width.
         use_class_token: prepend a learnable [class] token.
+        distillation_token: a learnable distillation token after the [class] token (needs `use_class_token`).
         dropout_rate: dropout applied to the embedded sequence.
         position_embedding: `"learned"` (the paper's) or `"sincos2d"` (fixed; needs `grid` and D divisible by 4).
         grid: (rows, cols) of the patches, row-major as `Patches` cuts them, that the table covers; needed by
@@ -157,8 +161,13 @@ class PatchEncoder(keras.layers.Layer):
     """
 
     def __init__(self, hidden_size: int, use_class_token: bool = True, dropout_rate: float = 0.0,
-                 position_embedding: str = "learned", grid=None, interpolation: str = "bilinear", **kwargs):
+                 position_embedding: str = "learned", grid=None, interpolation: str = "bilinear",
+                 distillation_token: bool = False, **kwargs):
         super().__init__(**kwargs)
+        if distillation_token and not use_class_token:
+            raise ValueError("The distillation token follows the [class] token: `distillation_token=True` needs "
+                             "`use_class_token=True`. Received: use_class_token=False")
+        self.use_distillation_token = bool(distillation_token)
         check_position_embedding(position_embedding, hidden_size, name="position_embedding")
         if interpolation not in INTERPOLATIONS:
             raise ValueError(
@@ -194,6 +203,11 @@ class PatchEncoder(keras.layers.Layer):
             self.class_token = self.add_weight(
                 name="class_token", shape=(1, 1, self.hidden_size), initializer="zeros"
             )
+        if self.use_distillation_token:  # DeiT draws it as its position rows (trunc_normal, std 0.02)
+            self.distillation_token = self.add_weight(
+                name="distillation_token", shape=(1, 1, self.hidden_size),
+                initializer=keras.initializers.TruncatedNormal(stddev=0.02)
+            )
         if self.position_embedding_kind == "sincos2d":
             if self.grid[0] * self.grid[1] != num_patches:
                 raise ValueError(f"The patch grid {self.grid} does not cover the {num_patches} patches of the input.")
@@ -202,7 +216,7 @@ class PatchEncoder(keras.layers.Layer):
             return
         self.position_embedding = self.add_weight(
             name="position_embedding",
-            shape=(1, num_patches + int(self.use_class_token), self.hidden_size),
+            shape=(1, num_patches + self.num_prefix_tokens, self.hidden_size),
             initializer=keras.initializers.RandomNormal(stddev=0.02),
         )
 
@@ -215,8 +229,8 @@ class PatchEncoder(keras.layers.Layer):
 
     @property
     def num_prefix_tokens(self) -> int:
-        """Tokens before the patch tokens (1 with a class token, else 0)."""
-        return int(self.use_class_token)
+        """Tokens before the patch tokens (1 with a class token, 2 with the distillation token too, else 0)."""
+        return int(self.use_class_token) + int(getattr(self, "use_distillation_token", False))
 
     def call(self, patches, training=None):
         grid = None
@@ -230,8 +244,9 @@ class PatchEncoder(keras.layers.Layer):
             x = x + ops.cast(self._fixed_table(grid), x.dtype)
         if self.use_class_token:
             batch = ops.shape(x)[0]
-            cls = ops.cast(ops.broadcast_to(self.class_token, (batch, 1, self.hidden_size)), x.dtype)
-            x = ops.concatenate([cls, x], axis=1)
+            prefix = [self.class_token] + ([self.distillation_token] if self.use_distillation_token else [])
+            x = ops.concatenate([ops.cast(ops.broadcast_to(token, (batch, 1, self.hidden_size)), x.dtype)
+                                 for token in prefix] + [x], axis=1)
         if self.position_embedding is not None:
             x = x + ops.cast(self._learned_table(grid), x.dtype)
         return self.dropout(x, training=training)
@@ -256,7 +271,7 @@ class PatchEncoder(keras.layers.Layer):
             n = None if None in input_shape[1:3] else input_shape[1] * input_shape[2]
         else:
             n = input_shape[1]
-        return (input_shape[0], None if n is None else n + int(self.use_class_token), self.hidden_size)
+        return (input_shape[0], None if n is None else n + self.num_prefix_tokens, self.hidden_size)
 
     def get_config(self):
         return {
@@ -267,4 +282,5 @@ class PatchEncoder(keras.layers.Layer):
             "position_embedding": self.position_embedding_kind,
             "grid": self.grid,
             "interpolation": self.interpolation,
+            "distillation_token": self.use_distillation_token,
         }
