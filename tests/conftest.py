@@ -1,6 +1,9 @@
+import socket
+
 import keras
 import numpy as np
 import pytest
+from numpy_reference import random_official_params
 
 TINY = dict(image_size=32, patch_size=8, hidden_size=32, num_layers=2, num_heads=4, mlp_dim=64, classes=5)
 """A ViT small enough for a test: 16 patches of 8x8, D=32, 2 blocks."""
@@ -24,3 +27,19 @@ def _reset_keras_state():
     yield
     keras.config.set_dtype_policy("float32")
     keras.backend.clear_session()
+
+
+@pytest.fixture
+def no_dns(monkeypatch):
+    """Every host name lookup fails as it does offline (so nothing can reach the network)."""
+    def fail(*args, **kwargs):
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(socket, "getaddrinfo", fail)
+
+
+@pytest.fixture
+def checkpoint_npz(tmp_path):
+    path = tmp_path / "tiny.npz"
+    np.savez(path, **random_official_params(np.random.default_rng(0)))  # 32x32 images, 4x4 grid, 5 classes
+    return str(path)

@@ -8,9 +8,12 @@ import sys
 import numpy as np
 import pytest
 from numpy_reference import random_official_params, vit_forward
+from test_loading import KERNEL, _damaged, _write_npz
 
 import keras_vit
-from keras_vit import convert, model_parts
+from keras_vit import convert, model_parts, weights
+from keras_vit.checkpoints import download
+from keras_vit.variants import VARIANTS, Variant
 
 
 @pytest.fixture
@@ -98,3 +101,91 @@ def test_hybrid_rebuild_call_loads_the_written_file(tmp_path, images, capsys):
     direct = keras_vit.ViT(weights=source)  # same default softmax as the printed call
     np.testing.assert_allclose(rebuilt.predict(images, verbose=0), direct.predict(images, verbose=0),
                                rtol=1e-5, atol=1e-5)
+
+
+def _sha256(path) -> str:
+    return hashlib.sha256(open(path, "rb").read()).hexdigest()
+
+
+def test_convert_prints_the_source_and_the_written_sha256(checkpoint_npz, tmp_path, capsys):
+    destination = str(tmp_path / "tiny.weights.h5")
+    assert convert.main(["--weights", checkpoint_npz, "--out", destination]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert f"source sha256:  {_sha256(checkpoint_npz)}" in out
+    assert f"written sha256: {_sha256(destination)}" in out
+    assert _sha256(checkpoint_npz) != _sha256(destination)
+
+
+TINY_ARCH = dict(patch_size=8, hidden_size=32, num_layers=2, num_heads=4, mlp_dim=64)
+
+
+def test_the_source_of_a_published_name_is_its_downloaded_file(tmp_path, monkeypatch):
+    monkeypatch.setitem(VARIANTS, "T8", Variant("T8", "T", 8, 32, 2, 4, 64))
+    served = tmp_path / "served" / "imagenet21k"
+    served.mkdir(parents=True)
+    np.savez(served / "ViT-T_8.npz", **random_official_params(np.random.default_rng(0)))
+    entry = weights.WeightsEntry("imagenet21k", "T8", "imagenet21k/ViT-T_8.npz", None, 32, 5, None)
+    monkeypatch.setitem(weights.WEIGHTS, ("T8", "imagenet21k"), entry)
+    monkeypatch.setattr(weights, "BASE_URL", (tmp_path / "served").as_uri() + "/")
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path / "keras_home"))
+    path = convert.source_file("imagenet21k", "T8")
+    assert path == download.cache_path(entry) and _sha256(path) == _sha256(served / "ViT-T_8.npz")
+    model = keras_vit.ViT(**TINY_ARCH, weights="imagenet21k")
+    text = convert.summary(model, "imagenet21k", "x.weights.h5", "f" * 64, path)
+    assert f"source sha256:  {_sha256(path)} ({path})" in text.splitlines()
+
+
+def test_convert_cli_reports_a_download_error_without_a_traceback(no_dns, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path / "home"))
+    destination = str(tmp_path / "x.weights.h5")
+    assert convert.main(["--weights", "imagenet21k", "--out", destination, "--model", "vit_b16"]) == 1
+    assert "error: Could not download weights 'imagenet21k' for ViT B16" in capsys.readouterr().err
+
+
+def test_convert_refuses_a_damaged_checkpoint(tmp_path, capsys):
+    source = _write_npz(tmp_path, _damaged("nan"), "damaged.npz")
+    destination = tmp_path / "out.weights.h5"
+    assert convert.main(["--weights", source, "--out", str(destination)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "damaged.npz" in err and KERNEL in err
+    assert not destination.exists()
+
+
+@pytest.fixture
+def source(tmp_path):
+    return _write_npz(tmp_path, random_official_params(np.random.default_rng(6)), "tiny.npz")
+
+
+def _one_error_line(capsys, *needles):
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    for needle in needles:
+        assert needle in err, err
+
+
+def test_convert_into_a_missing_folder(tmp_path, source, capsys):
+    destination = str(tmp_path / "missing" / "out.weights.h5")
+    assert convert.main(["--weights", source, "--out", destination]) == 1
+    _one_error_line(capsys, destination, "does not exist")
+
+
+def test_convert_into_a_read_only_folder(tmp_path, source, capsys, monkeypatch):
+    folder = tmp_path / "read_only"
+    folder.mkdir()
+    folder.chmod(0o555)
+    if os.geteuid() == 0:  # root writes through permission bits: stand in for a read-only mount
+        real_access = os.access
+        monkeypatch.setattr(os, "access", lambda p, mode: False if str(p) == str(folder) else real_access(p, mode))
+    destination = str(folder / "out.weights.h5")
+    try:
+        assert convert.main(["--weights", source, "--out", destination]) == 1
+    finally:
+        folder.chmod(0o755)
+    _one_error_line(capsys, destination, "not writable")
+
+
+def test_convert_when_the_write_itself_fails(tmp_path, source, capsys):
+    destination = tmp_path / "taken.weights.h5"
+    destination.mkdir()  # a folder where the file should go: the folder checks pass, the write fails
+    assert convert.main(["--weights", source, "--out", str(destination)]) == 1
+    _one_error_line(capsys, str(destination), "Cannot write the destination")

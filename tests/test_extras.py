@@ -156,3 +156,22 @@ def test_inspect_without_matplotlib(keras_file, tmp_path, monkeypatch, capsys):
     assert main(["--model", keras_file, "--out", str(tmp_path / "report"), f"--images={image}"]) == 1
     _, message = _one_error_line(capsys)
     _check_message(message, "drawing the figures of keras_vit.inspect", "matplotlib", "inspect")
+
+
+def _requirements(text):
+    return [re.split(r"[<>=!~ ;\[]", line.strip())[0].lower().replace("-", "_")
+            for line in text.splitlines() if line.strip() and not line.strip().startswith("#")]
+
+
+def test_setup_cfg_declares_what_the_download_path_imports():
+    config = configparser.ConfigParser()
+    config.read(os.path.join(ROOT, "setup.cfg"))
+    extras = config["options.extras_require"]
+    for extra in ("train", "test"):  # the training app's extra, and the tests that run the app
+        assert {"tensorflow_datasets", "importlib_resources"} <= set(_requirements(extras[extra])), extra
+    # the model library itself needs neither (the app is not part of the package)
+    assert _requirements(config["options"]["install_requires"]) == ["keras", "numpy", "absl_py"]
+    # and installs the library only: the app runs from a checkout (docs/PACKAGING.md)
+    assert _requirements(config["options.packages.find"]["include"]) == ["keras_vit", "keras_vit.*"]
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        assert re.search(r"^\| importlib_resources \(extra `train`, also in `test`\) \|", f.read(), re.M)

@@ -12,7 +12,9 @@ import itertools
 import os
 import subprocess
 import sys
+import textwrap
 
+import numpy as np
 import pytest
 
 import keras_vit
@@ -97,3 +99,33 @@ for name in ("PatchEncoder", "VisionTransformer", "BiTResNet"):
 print("registered")
 """)
     assert result.returncode == 0 and result.stdout.endswith("registered\n"), result.stdout + result.stderr[-3000:]
+
+
+@pytest.mark.e2e
+def test_a_keras_file_loads_in_a_fresh_process_that_imports_keras_vit(tmp_path, images):
+    """Every keras_vit layer (hybrid stem, drop path, preprocessing) goes through `model.save`; a new process
+    fails without `import keras_vit` (as README says) and loads the file with it, with equal outputs."""
+    model = keras_vit.ViT(image_size=32, patch_size=16, hidden_size=32, num_layers=2, num_heads=4, mlp_dim=64,
+                          classes=5, drop_path_rate=0.1, include_preprocessing=True,
+                          hybrid=dict(block_units=(1, 1, 1), width=8, groups=4))
+    rng = np.random.default_rng(1)
+    model.set_weights([rng.standard_normal(w.shape).astype("float32") * 0.2 for w in model.get_weights()])
+    path = tmp_path / "vit.keras"
+    model.save(path)
+    pixels = (images + 1) * 127.5
+    np.save(tmp_path / "images.npy", pixels)
+    script = textwrap.dedent(f"""
+        import numpy as np, keras
+        try:
+            keras.saving.load_model({str(path)!r})
+        except TypeError as error:
+            assert "Could not locate class" in str(error), error
+        else:
+            raise SystemExit("loaded without keras_vit")
+        import keras_vit
+        model = keras.saving.load_model({str(path)!r})
+        np.save({str(tmp_path / "out.npy")!r}, model.predict(np.load({str(tmp_path / "images.npy")!r}), verbose=0))
+    """)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    np.testing.assert_allclose(np.load(tmp_path / "out.npy"), model.predict(pixels, verbose=0), rtol=1e-5, atol=1e-5)

@@ -240,6 +240,17 @@ def test_every_public_layer_runs_the_harness():
     assert {getattr(layers, name) for name in layers.__all__} <= tested
 
 
+def test_every_public_layer_is_registered_with_keras():
+    from keras_vit import layers
+    from keras_vit.layers.transformer_block import gelu_tanh
+
+    for name in layers.__all__:
+        cls = getattr(layers, name)
+        assert keras.saving.get_registered_name(cls) == f"keras_vit>{name}"
+        assert keras.saving.get_registered_object(f"keras_vit>{name}") is cls
+    assert keras.saving.get_registered_object("keras_vit>gelu_tanh") is gelu_tanh
+
+
 
 class _Buggy(keras.layers.Layer):
     """A layer with the bugs the harness is there to find, one switched on at a time."""
@@ -288,6 +299,13 @@ def test_get_config_holds_exactly_the_constructor_arguments():
 def test_drop_path_rejects_bad_rates(bad):
     with pytest.raises(ValueError, match="rate"):
         DropPath(bad)
+
+
+def test_the_layer_refuses_bad_numerics_too():
+    with pytest.raises(ValueError, match=r"Received: gelu_approximate=None"):
+        TransformerBlock(num_heads=4, mlp_dim=64, gelu_approximate=None)
+    with pytest.raises(ValueError, match=r"Received: layer_norm_epsilon=-1"):
+        TransformerBlock(num_heads=4, mlp_dim=64, layer_norm_epsilon=-1)
 
 
 def _block_gradients(rematerialize, x):

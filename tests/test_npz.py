@@ -1,12 +1,20 @@
 """Official .npz checkpoints, written by the tests in every spelling the official code has used, load into
 keras_vit exactly: logits equal an independent numpy forward pass over the file's arrays."""
 
+import functools
+import io
 import logging
+import os
+import struct
+import tracemalloc
+import zipfile
+import zlib
 
 import numpy as np
 import pytest
 import scipy.ndimage
 from numpy_reference import random_official_params, vit_forward
+from test_loading import _assert_unchanged, _weights
 
 import keras_vit
 from keras_vit import model_parts
@@ -311,3 +319,149 @@ def test_optimizer_state_beside_opt_target_is_skipped_and_reported(tmp_path, ima
         model = keras_vit.ViT(weights=_write(tmp_path, stored), classifier_activation=None)
     assert "Skipped 1 optimizer-state arrays" in caplog.text
     assert _rel_err(model.predict(images, verbose=0), _reference(params, images)) < 1e-4
+
+
+MIB = 1 << 20
+
+
+def _npy_header(shape, descr="<f4") -> bytes:
+    buffer = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buffer, {"descr": descr, "fortran_order": False, "shape": shape})
+    return buffer.getvalue()
+
+
+def _write_zip(path, members):
+    """A zip archive of (name, stored bytes, crc32, uncompressed size, method) members, written by hand so a
+    member can be a ready-made deflate stream (zipfile would need the uncompressed data)."""
+    central, offset = [], 0
+    with open(path, "wb") as handle:
+        for name, data, crc, size, method in members:
+            encoded = name.encode()
+            handle.write(struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, 0, method, 0, 0x21, crc, len(data), size,
+                                     len(encoded), 0) + encoded + data)
+            central.append(struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, 20, 20, 0, method, 0, 0x21, crc, len(data),
+                                       size, len(encoded), 0, 0, 0, 0, 0, offset) + encoded)
+            offset += 30 + len(encoded) + len(data)
+        directory = b"".join(central)
+        handle.write(directory)
+        handle.write(struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, len(members), len(members), len(directory), offset, 0))
+
+
+def _stored(name, data: bytes):
+    return name, data, zlib.crc32(data), len(data), 0
+
+
+def _array_members(params):
+    members = []
+    for key, value in params.items():
+        buffer = io.BytesIO()
+        np.lib.format.write_array(buffer, np.asarray(value), allow_pickle=False)
+        members.append(_stored(f"{key}.npy", buffer.getvalue()))
+    return members
+
+
+HUGE_SHAPE = (1 << 29,)  # 2 GiB of float32 zeros
+HUGE_BYTES = (1 << 29) * 4
+
+
+@functools.cache
+def _zeros_member_data(shape):
+    """(deflate stream, crc32, size) of a .npy of float32 zeros, built one 1 MiB block at a time: after a full
+    flush the compressor emits the same bytes for every block of zeros, so one block is compressed and repeated."""
+    header = _npy_header(shape)
+    blocks = (int(np.prod(shape)) * 4) // MIB
+    zeros = bytes(MIB)
+    compressor = zlib.compressobj(9, zlib.DEFLATED, -15)
+    parts = [compressor.compress(header) + compressor.flush(zlib.Z_FULL_FLUSH)]
+    block = compressor.compress(zeros) + compressor.flush(zlib.Z_FULL_FLUSH)
+    assert compressor.compress(zeros) + compressor.flush(zlib.Z_FULL_FLUSH) == block
+    parts += [block] * blocks + [compressor.flush()]
+    crc = zlib.crc32(header)
+    for _ in range(blocks):
+        crc = zlib.crc32(zeros, crc)
+    return b"".join(parts), crc, len(header) + blocks * MIB
+
+
+def _npz_with_zeros(tmp_path, params, name, shape=HUGE_SHAPE):
+    data, crc, size = _zeros_member_data(shape)
+    path = str(tmp_path / "bomb.npz")
+    _write_zip(path, _array_members(params) + [(f"{name}.npy", data, crc, size, zipfile.ZIP_DEFLATED)])
+    return path
+
+
+def _peak_bytes(function):
+    tracemalloc.start()
+    try:
+        function()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_the_crafted_member_really_holds_two_gib_of_zeros(tmp_path):
+    """The test file is what it claims: a small archive whose member inflates to 2 GiB."""
+    path = _npz_with_zeros(tmp_path, {}, "zeros")
+    assert os.path.getsize(path) < 4 * MIB
+    with zipfile.ZipFile(path) as archive:
+        assert archive.getinfo("zeros.npy").file_size == HUGE_BYTES + len(_npy_header(HUGE_SHAPE))
+        with archive.open("zeros.npy") as stream:
+            assert np.lib.format.read_magic(stream) == (1, 0)
+            assert np.lib.format.read_array_header_1_0(stream)[0] == HUGE_SHAPE
+            assert stream.read(MIB) == bytes(MIB)
+
+
+@pytest.mark.parametrize("name, match", [
+    ("extra/zeros", r"unexpected in the file \(1\): extra/zeros"),
+    ("Transformer/encoder_norm/bias",
+     r"mis-shaped \(1\): Transformer/encoder_norm/bias file \(536870912,\) vs model \(32,\)"),
+])
+def test_a_huge_unused_or_misshaped_member_is_refused_without_decompressing_it(tmp_path, tiny, name, match):
+    params = random_official_params(np.random.default_rng(2))
+    params.pop(name, None)
+    path = _npz_with_zeros(tmp_path, params, name)
+    model = keras_vit.ViT(**tiny)
+    before = _weights(model)
+
+    def load():
+        with pytest.raises(ValueError, match=match):
+            loading.load_weights(model, path)
+
+    assert _peak_bytes(load) < 200 * MIB
+    _assert_unchanged(model, before)
+
+
+def test_a_huge_skipped_member_is_never_decompressed(tmp_path, tiny):
+    """Optimizer state beside `opt/target/` is skipped: the load succeeds without reading its 2 GiB."""
+    params = random_official_params(np.random.default_rng(3))
+    path = _npz_with_zeros(tmp_path, {f"opt/target/{k}": v for k, v in params.items()}, "opt/state/momentum")
+    model = keras_vit.ViT(**tiny)
+    assert _peak_bytes(lambda: loading.load_weights(model, path)) < 200 * MIB
+    np.testing.assert_array_equal(np.array(model_parts.encoder_norm(model).beta),
+                                  params["Transformer/encoder_norm/bias"])
+
+
+def test_a_member_whose_header_disagrees_with_its_size_is_refused(tmp_path):
+    params = random_official_params(np.random.default_rng(4))
+    members = _array_members({k: v for k, v in params.items() if k != "cls"})
+    members.append(_stored("cls.npy", _npy_header((1, 1, 32)) + bytes(64)))  # 128 bytes claimed, 64 stored
+    path = str(tmp_path / "lying.npz")
+    _write_zip(path, members)
+    with pytest.raises(ValueError, match=r"lying.npz.*corrupt.*'cls.npy' claims shape \(1, 1, 32\) of float32 "
+                                         r"\(128 bytes\) but the zip says it holds 64 bytes"):
+        keras_vit.ViT(weights=path)
+
+
+def test_a_member_with_an_unreasonable_shape_is_refused(tmp_path):
+    params = random_official_params(np.random.default_rng(5))
+    members = _array_members(params) + [_stored("extra.npy", _npy_header((1 << 20, 1 << 20)) + bytes(16))]
+    path = str(tmp_path / "absurd.npz")
+    _write_zip(path, members)
+    with pytest.raises(ValueError, match=r"absurd.npz.*'extra.npy' claims an unreasonable shape \(1048576, 1048576\)"):
+        keras_vit.ViT(weights=path)
+
+
+def test_pickled_object_arrays_are_still_refused(tmp_path):
+    path = str(tmp_path / "objects.npz")
+    np.savez(path, cls=np.array([{"a": 1}], dtype=object))
+    with pytest.raises(ValueError, match=r"objects.npz.*'cls.npy' holds pickled Python objects"):
+        keras_vit.ViT(weights=path)

@@ -280,3 +280,34 @@ def test_hybrid_loads_an_official_layout_npz_exactly(images, tmp_path, gn_shape_
     expected = _reference_logits({k: canonical_resnet_array(k, v).astype("float64") for k, v in params.items()},
                                  images)
     np.testing.assert_allclose(model.predict(images, verbose=0), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_a_root_only_hybrid_checkpoint_loads_exactly(tmp_path, images):
+    """`resnet.num_layers = ()` in the official configs: conv_root, gn_root, relu, max pool (stride 4)."""
+    from numpy_reference import numpy_stem, random_resnet_params
+
+    rng = np.random.default_rng(4)
+    params = random_resnet_params(rng, (), 8)
+    params.update(random_official_params(rng, image_size=8, patch_size=1, channels=8, hidden=32, layers=2, heads=4,
+                                         mlp=64, classes=5))
+    path = tmp_path / "R+ViT-root-only.npz"
+    np.savez(path, **params)
+    model = keras_vit.ViT(hybrid=dict(block_units=(), width=8, groups=4), weights=str(path),
+                          classifier_activation=None)
+    assert model_parts.resnet_stem(model).block_units == () and model.input_shape == (None, 32, 32, 3)
+    assert model_parts.patches(model).patch_size == 1
+    params64 = {k: v.astype("float64") for k, v in params.items()}
+    expected = vit_forward(params64, numpy_stem(params64, images.astype("float64"), (), 4))
+    np.testing.assert_allclose(model.predict(images, verbose=0), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_a_hybrid_checkpoint_with_larger_patches_loads(tmp_path):
+    """2x2 patches on the root's stride-4 map, as R+ViT-Ti/16's 8x8 (issue 27; numerics: tests/test_hybrids.py)."""
+    from numpy_reference import random_resnet_params
+
+    rng = np.random.default_rng(4)
+    params = random_resnet_params(rng, (), 8)
+    params.update(random_official_params(rng, image_size=8, patch_size=2, channels=8))
+    np.savez(tmp_path / "R+ViT-Ti_16-like.npz", **params)
+    model = keras_vit.ViT(hybrid=dict(block_units=(), width=8, groups=4), weights=str(tmp_path / "R+ViT-Ti_16-like.npz"))
+    assert model.input_shape == (None, 32, 32, 3) and model_parts.patches(model).patch_size == 2

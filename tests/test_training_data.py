@@ -1,13 +1,18 @@
 """training.data and training.augment: sources, preprocessing, determinism, resumption, sharding, padding."""
 
 import os
+import re
+import subprocess
 import sys
+import textwrap
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from training import augment, data, sources, tfds_source
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 COLOURS = {"blue": (0, 0, 255), "green": (0, 255, 0), "red": (255, 0, 0)}
 
@@ -144,6 +149,65 @@ def test_folder_errors_name_the_problem(tmp_path):
         sources.default_splits(f"folder:{tmp_path}")
 
 
+def _touch_images(folder, count=1):
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(count):
+        (folder / f"{i}.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+
+
+def test_missing_folder_says_the_path_does_not_exist(tmp_path):
+    name = f"folder:{tmp_path / 'nowhere'}"
+    for call in (lambda: sources.default_splits(name), lambda: sources.dataset_source(name, "train")):
+        with pytest.raises(sources.DatasetNotFoundError, match="does not exist") as info:
+            call()
+        assert "No evaluation split" not in str(info.value)
+
+
+def test_flat_layout_says_what_was_expected_and_what_was_found(tmp_path):
+    for label in ("a", "b", "c"):
+        _touch_images(tmp_path / label, 2)
+    name = f"folder:{tmp_path}"
+    for call in (lambda: sources.default_splits(name), lambda: sources.dataset_source(name, "test")):
+        with pytest.raises(sources.InvalidDatasetError) as info:
+            call()
+        message = str(info.value)
+        assert f"{tmp_path}/train/<label>/<image>" in message
+        assert f"{tmp_path}/test|val|validation/<label>/<image>" in message
+        assert "3 folder(s) holding images directly: a, b, c" in message
+        assert f"Move them under {tmp_path / 'train'}/" in message and "test split" in message
+        assert "No evaluation split" not in message
+
+
+def test_train_without_eval_split_lists_what_is_beside_train(tmp_path):
+    _touch_images(tmp_path / "train" / "cat")
+    _touch_images(tmp_path / "holdout" / "cat")
+    (tmp_path / "notes.txt").write_text("x")
+    with pytest.raises(sources.DatasetNotFoundError, match="No evaluation split") as info:
+        sources.default_splits(f"folder:{tmp_path}")
+    assert "test|val|validation" in str(info.value) and "holdout, notes.txt" in str(info.value)
+
+
+# One process each, in the end-to-end tier (the unit tests above check the messages without a process).
+@pytest.mark.e2e
+@pytest.mark.parametrize("layout", ["missing", "flat", "no_eval"])
+def test_training_app_prints_one_error_line_for_a_bad_folder(tmp_path, layout):
+    root = tmp_path / "images"
+    if layout == "flat":
+        for label in ("a", "b"):
+            _touch_images(root / label)
+    elif layout == "no_eval":
+        _touch_images(root / "train" / "a")
+    result = subprocess.run(
+        [sys.executable, "-m", "training.train", f"--dataset=folder:{root}", f"--workdir={tmp_path / 'run'}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    expected = {"missing": "does not exist", "flat": "holding images directly", "no_eval": "No evaluation split"}
+    assert expected[layout] in lines[0]
+
+
 def test_missing_tfds_dataset_explains_how_to_prepare_it_without_downloading(tmp_path):
     with pytest.raises(sources.DatasetNotFoundError, match="download_and_prepare") as info:
         data.make_dataset("cifar10", "train", data_dir=str(tmp_path))
@@ -245,6 +309,58 @@ def test_connect_error_says_why_a_port_does_not_answer():
         assert tfds_source._connect_error("127.0.0.1", port, timeout=5) == "Connection refused"
         unused.listen()
         assert tfds_source._connect_error("127.0.0.1", port, timeout=5) is None
+
+
+# `--download`: tensorflow-datasets' download path imports everything it needs; checked in a process whose socket
+# functions raise, so nothing touches the network.
+_OFFLINE_DOWNLOAD = textwrap.dedent("""
+    import socket, sys
+
+    def unreachable(*args, **kwargs):
+        raise OSError(101, "Network is unreachable (blocked by the test)")
+
+    socket.getaddrinfo = unreachable
+    socket.create_connection = unreachable
+    socket.socket.connect = lambda self, *args, **kwargs: unreachable()
+    socket.socket.connect_ex = lambda self, *args, **kwargs: unreachable()
+    import time
+    time.sleep = lambda seconds: None  # the HTTP retries' back-off (minutes in all) against a blocked network
+
+    from training import sources
+
+    try:
+        sources.dataset_source("cifar10", "train", data_dir=sys.argv[1], download=True)
+    except BaseException as error:
+        chain, e = [], error
+        while e is not None:
+            chain.append(e)
+            e = e.__cause__ or e.__context__
+        for e in chain:
+            print("CHAIN", type(e).__module__ + "." + type(e).__name__,
+                  "import" if isinstance(e, ImportError) else ("os" if isinstance(e, OSError) else "other"))
+        print("TOP", type(error).__name__)
+        print("MESSAGE", str(error).replace("\\n", " "))
+    else:
+        print("TOP none")
+""")
+
+
+@pytest.mark.e2e
+def test_download_path_fails_on_the_network_not_on_a_missing_module(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-c", _OFFLINE_DOWNLOAD, str(tmp_path / "tfds")],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "NO_PROXY": "*"},
+    )
+    out = result.stdout
+    chain = re.findall(r"^CHAIN (\S+) (\S+)$", out, re.M)
+    assert chain, result.stdout + result.stderr[-3000:]
+    assert not [name for name, kind in chain if kind == "import"], out  # e.g. importlib_resources
+    assert any(kind == "os" for _, kind in chain), out  # the blocked socket: a network error
+    assert "TOP DatasetNotFoundError" in out, out  # wrapped: `python -m training.train` prints one line
+    message = re.search(r"^MESSAGE (.*)$", out, re.M).group(1)
+    assert "Could not download dataset 'cifar10'" in message and "network error" in message
+    assert "Network is unreachable" in message and "--data_dir" in message
 
 
 def test_validation_split_holds_out_a_seeded_part_of_each_class_of_a_train_only_or_flat_folder(tmp_path):

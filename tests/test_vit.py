@@ -1,6 +1,8 @@
 """The ViT builder and the named constructors: shapes, golden parameter counts, numerics, gradients,
 serialization, mixed precision and bad input."""
 
+import re
+
 import keras
 import numpy as np
 import pytest
@@ -227,6 +229,52 @@ def test_mixed_precision(tiny, images, policy):
 def test_bad_input_gets_a_clear_error(tiny, kwargs, match):
     with pytest.raises(ValueError, match=match):
         keras_vit.ViT(**{**tiny, **kwargs})
+
+
+@pytest.mark.parametrize("shape", [(0, 32, 3), (32, 0, 3), (-8, 32, 3), (32, -32, 3), (32, 32, 0), (32, 32, -1)])
+def test_zero_or_negative_sizes_are_refused(tiny, shape):
+    args = {k: v for k, v in tiny.items() if k != "image_size"}
+    with pytest.raises(ValueError, match=rf"positive integer.*Received: input_shape=\({shape[0]}, {shape[1]}, "):
+        keras_vit.ViT(**args, input_shape=shape)
+
+
+def test_named_constructors_and_checkpoint_builds_refuse_a_zero_size():
+    with pytest.raises(ValueError, match=r"Received: input_shape=\(0, 224, 3\)"):
+        keras_vit.ViT_B16(weights=None, input_shape=(0, 224, 3))
+    # Refused before the checkpoint is even looked for (the path does not exist).
+    with pytest.raises(ValueError, match=r"Received: input_shape=\(0, 32, 3\)"):
+        keras_vit.ViT(weights="/nonexistent/ckpt.npz", input_shape=(0, 32, 3))
+
+
+@pytest.mark.parametrize("value", [-1, 0, -1e-6, 0.0, "a", True, float("nan"), float("inf")])
+def test_bad_layer_norm_epsilon_is_refused(tiny, value):
+    with pytest.raises(ValueError, match=r"`layer_norm_epsilon` must be a positive number.*"
+                                         rf"Received: layer_norm_epsilon={re.escape(repr(value))}$"):
+        keras_vit.ViT(**tiny, layer_norm_epsilon=value)
+
+
+@pytest.mark.parametrize("value", [1, 0, "yes", 1.0])
+def test_gelu_approximate_must_be_a_bool(tiny, value):
+    with pytest.raises(ValueError, match=rf"`gelu_approximate` must be a bool.*Received: gelu_approximate={value!r}"):
+        keras_vit.ViT(**tiny, gelu_approximate=value)
+
+
+def test_unknown_interpolation_is_refused_without_weights(tiny):
+    with pytest.raises(ValueError, match=r"one of \('bilinear', 'bicubic'\).*Received: pos_embed_interpolation='area'"):
+        keras_vit.ViT(**tiny, pos_embed_interpolation="area")
+
+
+def test_numerics_are_checked_before_a_checkpoint_is_read():
+    with pytest.raises(ValueError, match=r"Received: layer_norm_epsilon=-1"):
+        keras_vit.ViT(weights="/nonexistent/ckpt.npz", layer_norm_epsilon=-1)
+    with pytest.raises(ValueError, match=r"Received: gelu_approximate='yes'"):
+        keras_vit.ViT(weights="/nonexistent/ckpt.npz", gelu_approximate="yes")
+
+
+def test_valid_numerics_still_build(tiny):
+    model = keras_vit.ViT(**tiny, layer_norm_epsilon=1e-12, gelu_approximate=False, pos_embed_interpolation="bicubic")
+    assert model_parts.encoder_norm(model).epsilon == 1e-12
+    assert model_parts.encoder_blocks(model)[0].gelu_approximate is False
 
 
 def test_constructors_follow_the_keras_applications_contract():

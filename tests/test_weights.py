@@ -3,7 +3,10 @@ Keras cache and file:// URLs; never the network)."""
 
 import hashlib
 import inspect
+import os
 import re
+import socket
+import traceback
 
 import numpy as np
 import pytest
@@ -11,9 +14,11 @@ from numpy_reference import random_official_params, vit_forward
 
 import keras_vit
 from keras_vit import model_parts, weights
-from keras_vit.checkpoints import download
+from keras_vit.checkpoints import download, loading
 from tools import weights_table
 from keras_vit.variants import VARIANTS, Variant
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 AUGREG_NAME = re.compile(
     r"^augreg/(R_|R26_|R50_)?(Ti|S|B|L)_(8|16|32)-i21k-300ep-lr_0\.001-aug_(none|light[01]|medium[12]|strong[12])"
@@ -222,6 +227,42 @@ def test_constructor_defaults_are_the_documented_best_checkpoints():
         assert inspect.signature(constructor).parameters["classes"].default is None
 
 
+B8_MEDIUM2 = ("augreg/B_8-i21k-300ep-lr_0.001-aug_medium2-wd_0.1-do_0.0-sd_0.0"
+              "--imagenet2012-steps_20k-lr_0.03-res_224.npz")
+B8_MEDIUM1 = ("augreg/B_8-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0"
+              "--imagenet2012-steps_20k-lr_0.01-res_224.npz")
+# (variant, name) -> (path, image size, classes, top-1) of the entries a review changed or added (issue 39).
+REVIEWED = {
+    ("R50_B16", "imagenet21k+imagenet2012"): ("imagenet21k+imagenet2012/R50+ViT-B_16.npz", 384, 1000, 85.08),
+    ("B8", "augreg_in21k_ft_in1k"): (B8_MEDIUM2, 224, 1000, 85.58),
+    ("B8", "augreg_in21k_ft_in1k_224"): (B8_MEDIUM1, 224, 1000, None),
+}
+
+
+def test_r50_fine_tune_top1_is_85_08():
+    entry = weights.get_entry("R50_B16", "imagenet21k+imagenet2012")
+    assert entry.imagenet_top1 == 85.08
+    assert "issue 39" in entry.top1_source
+
+
+def test_b8_fine_tune_is_the_colab_medium2_file():
+    entry = weights.get_entry("B8", "augreg_in21k_ft_in1k")
+    assert entry.path == B8_MEDIUM2 and entry.imagenet_top1 == 85.58
+    assert weights.get_entry("B8", "imagenet").path == B8_MEDIUM2
+    assert "no recommended fine-tune" not in weights.__doc__
+    # the recommended pre-training run and its fine-tune are the same run
+    assert entry.path.split("--")[0] + ".npz" == weights.get_entry("B8", "augreg_in21k").path
+
+
+@pytest.mark.parametrize("key", sorted(REVIEWED))
+def test_reviewed_entries_resolve_by_name(key):
+    path, size, classes, top1 = REVIEWED[key]
+    entry = weights.get_entry(*key)
+    assert entry.url == weights.BASE_URL + path
+    assert (entry.image_size, entry.classes, entry.imagenet_top1) == (size, classes, top1)
+    assert key[1] in weights.names_for(key[0])
+
+
 @pytest.mark.parametrize(
     "build, match",
     [
@@ -291,6 +332,79 @@ def test_unreachable_download_is_a_clear_error(published_tiny, monkeypatch):
         keras_vit.ViT(**TINY_ARCH, weights="imagenet21k")
 
 
+def _closed_port() -> int:
+    with socket.socket() as sock:  # bound then closed: nothing listens there
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def tiny_published(tmp_path, monkeypatch):
+    """A tiny variant `T8` whose published `imagenet21k` file lives on a closed port of 127.0.0.1."""
+    monkeypatch.setitem(VARIANTS, "T8", Variant("T8", "T", 8, 32, 2, 4, 64))
+    params = random_official_params(np.random.default_rng(0), representation_size=32)
+    entry = weights.WeightsEntry("imagenet21k", "T8", "imagenet21k/ViT-T_8.npz", None, 32, 5, 32)
+    monkeypatch.setitem(weights.WEIGHTS, ("T8", "imagenet21k"), entry)
+    monkeypatch.setattr(weights, "BASE_URL", f"http://127.0.0.1:{_closed_port()}/vit_models/")
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path / "keras_home"))
+    return entry, params
+
+
+def test_offline_default_weights_give_one_clear_download_error(no_dns, tmp_path, monkeypatch):
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path / "home"))
+    entry = weights.get_entry("B16", "augreg_in21k_ft_in1k")
+    with pytest.raises(keras_vit.WeightsDownloadError) as caught:
+        keras_vit.ViT_B16()
+    error = caught.value
+    message = str(error)
+    assert isinstance(error, OSError) and not isinstance(error, ValueError)
+    assert error.__cause__ is None and error.__suppress_context__  # raised `from None`
+    assert "During handling" not in "".join(traceback.format_exception(error))
+    assert "\n" not in message
+    assert message.startswith("Could not download weights 'augreg_in21k_ft_in1k' for ViT B16 "
+                              "(Name or service not known) from https://storage.googleapis.com/vit_models/augreg/")
+    assert message.count(entry.url) == 1 and message.count("storage.googleapis.com") == 1
+    cached = str(tmp_path / "home" / "keras_vit" / entry.file_name)
+    assert error.path == cached == download.cache_path(entry)
+    assert f"place it at {cached} " in message
+    assert "weights=None (random initialisation" in message and 'weights="/path/to/file.npz"' in message
+
+
+def test_a_file_placed_at_the_named_cache_path_is_used(tiny_published, tmp_path, images):
+    entry, params = tiny_published
+    with pytest.raises(keras_vit.WeightsDownloadError, match=r"Connection refused\) from http://127\.0\.0\.1") as caught:
+        keras_vit.ViT(**TINY_ARCH, weights="imagenet21k")
+    path = caught.value.path
+    assert path == str(tmp_path / "keras_home" / "keras_vit" / "imagenet21k__ViT-T_8.npz") and path in str(caught.value)
+    np.savez(path, **params)  # the "download by hand" the message asks for; the port is still closed
+    model = keras_vit.ViT(**TINY_ARCH, weights="imagenet21k", classifier_activation=None)
+    expected = vit_forward({k: v.astype("float64") for k, v in params.items()}, images.astype("float64"))
+    np.testing.assert_allclose(model.predict(images, verbose=0), expected, rtol=1e-4, atol=1e-4)
+
+
+def _sha256(path) -> str:
+    return hashlib.sha256(open(path, "rb").read()).hexdigest()
+
+
+def test_checksum_mismatch_stays_a_distinct_error(tmp_path, monkeypatch):
+    monkeypatch.setitem(VARIANTS, "T8", Variant("T8", "T", 8, 32, 2, 4, 64))
+    served = tmp_path / "served" / "imagenet21k"
+    served.mkdir(parents=True)
+    np.savez(served / "ViT-T_8.npz", **random_official_params(np.random.default_rng(0)))
+    entry = weights.WeightsEntry("imagenet21k", "T8", "imagenet21k/ViT-T_8.npz", "0" * 64, 32, 5, None)
+    monkeypatch.setitem(weights.WEIGHTS, ("T8", "imagenet21k"), entry)
+    monkeypatch.setattr(weights, "BASE_URL", (tmp_path / "served").as_uri() + "/")  # a local file:// URL
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path / "keras_home"))
+    with pytest.raises(keras_vit.WeightsChecksumError) as caught:
+        keras_vit.ViT(**TINY_ARCH, weights="imagenet21k")
+    error = caught.value
+    assert isinstance(error, ValueError) and not isinstance(error, keras_vit.WeightsDownloadError)
+    assert error.__cause__ is None and error.__suppress_context__
+    actual = _sha256(served / "ViT-T_8.npz")
+    assert f"sha256 check (expected {'0' * 64}, got {actual})" in str(error)
+    assert f"Delete {download.cache_path(entry)} and try again" in str(error)
+
+
 def test_load_a_published_name_into_an_existing_model(published_tiny, images):
     from keras_vit.checkpoints import loading
 
@@ -334,6 +448,47 @@ def test_raw_imagenet21k_b16_has_the_golden_count_and_warns(monkeypatch):
     assert model.count_params() == 103_186_515  # docs/REFERENCE.md
 
 
+def test_imagenet_resolves_to_each_variants_best_imagenet1k_file():
+    for key in VARIANTS:
+        in1k = [weights.WEIGHTS[(key, n)] for n in weights.names_for(key) if weights.WEIGHTS[(key, n)].classes == 1000]
+        if not in1k:
+            assert key not in weights.IMAGENET_WEIGHTS
+            continue
+        entry = weights.get_entry(key, "imagenet")
+        assert entry is weights.WEIGHTS[(key, weights.IMAGENET_WEIGHTS[key])] and entry.classes == 1000
+        best = max(e.imagenet_top1 or -1 for e in in1k)
+        assert (entry.imagenet_top1 or -1) == best, key
+    assert weights.get_entry("B16", "imagenet").name == "augreg_in21k_ft_in1k"
+    assert weights.get_entry("L32", "imagenet").name == "imagenet21k+imagenet2012"
+    assert weights.get_entry("R50_B16", "imagenet").name == "imagenet21k+imagenet2012"
+
+
+def test_imagenet_through_the_constructor_without_download(monkeypatch, tmp_path):
+    fetched = []
+
+    def fake_fetch(entry, cache_dir=None):
+        fetched.append(entry)
+        raise keras_vit.WeightsDownloadError("stop here")
+
+    monkeypatch.setattr(download, "fetch", fake_fetch)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "imagenet").write_text("not a weights file")  # a file of that name does not shadow the alias
+    with pytest.raises(keras_vit.WeightsDownloadError, match="stop here"):
+        keras_vit.ViT_B16(weights="imagenet")
+    with pytest.raises(keras_vit.WeightsDownloadError, match="stop here"):
+        loading.load_weights(keras_vit.ViT_Ti16(weights=None), "imagenet")
+    assert fetched == [weights.get_entry("B16", "augreg_in21k_ft_in1k"), weights.get_entry("Ti16", "augreg_in21k_ft_in1k")]
+
+
+def test_imagenet_for_a_variant_without_imagenet1k_weights_says_what_it_has(monkeypatch):
+    monkeypatch.setattr(download, "fetch", lambda entry, cache_dir=None: pytest.fail("no download expected"))
+    with pytest.raises(ValueError, match=r"ViT H14 has no ImageNet-1k fine-tuned weights.*Published for H14: "
+                                         r"'imagenet21k' \(21843 classes, 224x224\).*Received: weights='imagenet'"):
+        keras_vit.ViT_H14(weights="imagenet")
+    with pytest.raises(ValueError, match=r"not one of the published variants"):
+        keras_vit.ViT(image_size=32, **TINY_ARCH, weights="imagenet")
+
+
 def test_markdown_table_has_one_row_per_entry_with_its_fields():
     rows = {}
     for line in weights_table.markdown_table().splitlines()[2:]:
@@ -364,3 +519,17 @@ def test_the_readme_table_is_rewritten_and_checked_between_its_markers(tmp_path,
     readme.write_text("no markers\n")
     with pytest.raises(ValueError, match="has no generated weights table"):
         weights_table.main(["--check", str(readme)])
+
+
+def test_docs_weights_table_is_the_one_generated_from_the_code():
+    """docs/WEIGHTS.md's table is `keras_vit.weights_table.markdown_table()` (whose rows are checked above),
+    and the README links to it."""
+    with open(os.path.join(ROOT, weights_table.TABLE_FILE), encoding="utf-8") as f:
+        text = f.read()
+    start, end = weights_table.table_region(text)
+    assert text[start:end] == weights_table.markdown_table(), "run `python tools/weights_table.py --write`"
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    assert "(docs/WEIGHTS.md)" in readme and weights_table.TABLE_BEGIN not in readme
+    for key, (path, size, classes, top1) in REVIEWED.items():
+        assert f"| {key[0]} | `{key[1]}`" in text and f"| `{path}` | {size} | {classes} |" in text
