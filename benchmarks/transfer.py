@@ -6,7 +6,8 @@ letters, so another number of classes than the digits, at `--finetune_image_size
 budget: from scratch, and from the pre-training run (`--weights=RUN_FOLDER`, or its `model.weights.h5` or
 `model.keras` with `--source`; every other value the app's default for that situation: a new head, the
 position embedding resampled). Also reports few-shot linear accuracy (`training.fewshot`) of the pre-trained
-and of a random model on the letters. Prints one table and optionally writes JSON.
+and of a random model on the letters. Prints one table and optionally writes JSON (each run with its
+peak resident memory and seconds per step; `lora.py` reuses these functions).
 
     python benchmarks/transfer.py --json benchmarks/transfer.json
 """
@@ -30,18 +31,60 @@ import quality_data  # noqa: E402
 MODEL = ["--model=tiny"]
 
 
+def run_child(command, env):
+    """Runs `command` in the repository; returns (exit status, stdout, stderr, peak resident MiB of that process).
+
+    The peak is the child's own `ru_maxrss` (`os.wait4` on its pid), not this process's nor other children's.
+    """
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        child = subprocess.Popen(command, cwd=REPO, stdout=out, stderr=err, text=True, env=env)
+        _, status, usage = os.wait4(child.pid, 0)
+        child.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait again
+        out.seek(0)
+        err.seek(0)
+        return child.returncode, out.read(), err.read(), usage.ru_maxrss / 1024.0
+
+
 def train(dataset_root, workdir, env, *flags):
+    """One app run; its accuracy, steps, wall seconds, seconds per step (training only: the first step, which
+    compiles, and the evaluation left out; from the app's `train_images_per_sec`) and peak resident MiB."""
     command = [sys.executable, "-m", "training.train", f"--dataset=folder:{dataset_root}", f"--workdir={workdir}",
                *MODEL, "--export=false", "--show_predictions=0", *flags]
     start = time.perf_counter()
-    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, env=env, check=False)
-    if done.returncode:
-        raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
+    returncode, stdout, stderr, peak_mb = run_child(command, env)
+    if returncode:
+        raise RuntimeError(f"{' '.join(command)} failed:\n{stderr[-3000:]}")
     with open(os.path.join(workdir, "metrics.json"), encoding="utf-8") as file:
         metrics = json.load(file)
-    first = done.stdout.splitlines()[0] if done.stdout else ""
+    first = stdout.splitlines()[0] if stdout else ""
+    batch = next((int(f.split("=")[1]) for f in flags if f.startswith("--global_batch_size=")), None)
+    rate = metrics.get("train_images_per_sec")
     return {"accuracy": metrics["eval_accuracy"], "steps": metrics["steps"], "wall_s": time.perf_counter() - start,
-            "first_line": first}
+            "step_s": batch / rate if batch and rate else None, "peak_rss_mb": peak_mb, "first_line": first}
+
+
+def make_folders(scratch, args):
+    """The digits28 pre-training folder and the letters28 fine-tuning folder (its first `finetune_classes`
+    letters) under `scratch`, as `(source, target)`."""
+    source, target = os.path.join(scratch, "digits28"), os.path.join(scratch, "letters28")
+    quality_data.make("digits28", source, args.pretrain_per_class, 50)
+    quality_data.make("letters28", target, args.finetune_per_class, 50, seed=1)
+    for split in ("train", "test"):  # keep the first --finetune_classes letters
+        for letter in sorted(os.listdir(os.path.join(target, split)))[args.finetune_classes:]:
+            shutil.rmtree(os.path.join(target, split, letter))
+    return source, target
+
+
+def pretrain(source, workdir, env, args):
+    """The app's run on digits28 at 28x28 (`args.pretrain_epochs`) in `workdir`; its `train` record."""
+    pre = train(source, workdir, env, f"--epochs={args.pretrain_epochs}", "--image_size=28")
+    print(f"pre-trained on digits28: {pre['accuracy']:.4f} ({pre['steps']} steps)", flush=True)
+    return pre
+
+
+def finetune_budget(args):
+    """The flags every letters28 run shares: the same budget."""
+    return [f"--epochs={args.finetune_epochs}", "--global_batch_size=32", f"--image_size={args.finetune_image_size}"]
 
 
 def save_random_model(path):
@@ -53,14 +96,19 @@ def save_random_model(path):
     keras_vit.ViT(image_size=28, classes=10, classifier_activation=None, **TINY_MODEL).save(path)
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_task_arguments(parser):
+    """The flags of the task: the pre-training and fine-tuning data and budgets."""
     parser.add_argument("--pretrain_per_class", type=int, default=400)
     parser.add_argument("--pretrain_epochs", type=float, default=10)
     parser.add_argument("--finetune_per_class", type=int, default=20)
     parser.add_argument("--finetune_epochs", type=float, default=30)
     parser.add_argument("--finetune_classes", type=int, default=5, help="letters kept (A, B, ...): other classes")
     parser.add_argument("--finetune_image_size", type=int, default=32, help="pre-training is at 28")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_task_arguments(parser)
     parser.add_argument("--source", choices=("run", "weights.h5", "keras"), default="run",
                         help="what --weights names: the run's folder, its model.weights.h5 or its model.keras")
     parser.add_argument("--seeds", type=int, default=2)
@@ -69,19 +117,12 @@ def main(argv=None):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     results = {"scratch": [], "finetuned": []}
     with tempfile.TemporaryDirectory() as scratch:
-        source, target = os.path.join(scratch, "digits28"), os.path.join(scratch, "letters28")
-        quality_data.make("digits28", source, args.pretrain_per_class, 50)
-        quality_data.make("letters28", target, args.finetune_per_class, 50, seed=1)
-        for split in ("train", "test"):  # keep the first --finetune_classes letters
-            for letter in sorted(os.listdir(os.path.join(target, split)))[args.finetune_classes:]:
-                shutil.rmtree(os.path.join(target, split, letter))
-        pre = train(source, os.path.join(scratch, "pre"), env, f"--epochs={args.pretrain_epochs}", "--image_size=28")
-        print(f"pre-trained on digits28: {pre['accuracy']:.4f} ({pre['steps']} steps)", flush=True)
+        source, target = make_folders(scratch, args)
+        pre = pretrain(source, os.path.join(scratch, "pre"), env, args)
         run = os.path.join(scratch, "pre")
         weights = {"run": run, "weights.h5": os.path.join(run, "model.weights.h5"),
                    "keras": os.path.join(run, "model.keras")}[args.source]
-        budget = [f"--epochs={args.finetune_epochs}", "--global_batch_size=32",
-                  f"--image_size={args.finetune_image_size}"]
+        budget = finetune_budget(args)
         for seed in range(args.seeds):
             for kind, extra in (("scratch", []), ("finetuned", [f"--weights={weights}"])):
                 run = train(target, os.path.join(scratch, f"{kind}{seed}"), env, *budget, f"--seed={seed}", *extra)

@@ -371,3 +371,31 @@ def test_serving_paths_quick_run(tmp_path):
         for name, result in document["accuracy"].items():
             assert result["images"] == 30 and 0 <= result["top1_accuracy"] <= 1, name
             assert result["agreement"] >= 0.5, name  # the float paths agree on (almost) every image
+
+
+def test_lora_benchmark_reports_every_variant(tmp_path):
+    """benchmarks/lora.py --quick: full fine-tuning, LoRA ranks and the linear probe on the transfer task, and the
+    three step variants, each with positive figures; LoRA and the probe train fewer parameters than full."""
+    out = tmp_path / "lora.json"
+    done = subprocess.run([sys.executable, os.path.join(REPO, "benchmarks", "lora.py"), "--quick", "--json", str(out)],
+                          capture_output=True, text=True, timeout=1200, check=False, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-3000:]
+    document = json.loads(out.read_text())
+    assert set(document["transfer"]) == {"full", "lora4", "lora8", "lora16", "linear_probe"}
+    for variant, records in document["transfer"].items():
+        assert len(records) == 1, variant
+        record = records[0]
+        assert record["trainable_params"] > 0 and record["peak_rss_mb"] > 0 and record["wall_s"] > 0, variant
+        assert 0 < record["accuracy"] <= 1, variant
+        assert (record["step_s"] is None) == (variant == "linear_probe") and (record["step_s"] or 1) > 0, variant
+    params = {variant: records[0]["trainable_params"] for variant, records in document["transfer"].items()}
+    assert params["linear_probe"] < params["lora4"] < params["lora8"] < params["lora16"] < params["full"]
+    assert set(document["step"]) == {"full", "lora8", "linear_probe"}
+    for variant, record in document["step"].items():
+        for key in ("trainable_params", "peak_rss_mb_after_warmup", "peak_rss_mb", "child_peak_rss_mb", "step_s"):
+            assert record[key] > 0, (variant, key)
+    step = document["step"]
+    assert (step["linear_probe"]["trainable_params"] < step["lora8"]["trainable_params"]
+            < step["full"]["trainable_params"] == step["full"]["total_params"])
+    assert set(document["goal"]) == {"accuracy_points_lora8_minus_full", "step_memory_share_lora8_of_full", "met"}
+    assert "| lora8 |" in done.stdout and "goal (LoRA rank 8" in done.stdout
