@@ -373,6 +373,7 @@ def test_serving_paths_quick_run(tmp_path):
             assert result["agreement"] >= 0.5, name  # the float paths agree on (almost) every image
 
 
+@pytest.mark.e2e
 def test_lora_benchmark_reports_every_variant(tmp_path):
     """benchmarks/lora.py --quick: full fine-tuning, LoRA ranks and the linear probe on the transfer task, and the
     three step variants, each with positive figures; LoRA and the probe train fewer parameters than full."""
