@@ -22,6 +22,7 @@ RUNNERS = {
     "matmul": "runner_matmul",
     "torch_matmul": "runner_torch_matmul",
     "serving": "runner_serving",
+    "accelerator": "runner_accelerator",
 }
 
 

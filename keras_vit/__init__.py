@@ -37,6 +37,7 @@ _EXPORTS = {
     "BiT": "keras_vit.bit",
     "BiT_R50x1": "keras_vit.bit",
     "forward_flops": "keras_vit.flops",
+    "layout_map": "keras_vit.distribution",
     "feature_extractor": "keras_vit.features",
     "Distiller": "keras_vit.distillation",
     "preprocess_input": "keras_vit.preprocessing",
@@ -63,6 +64,7 @@ PUBLIC_MODULES = {
     "lora": "keras_vit.lora",
     "quantization": "keras_vit.quantization",
     "distillation": "keras_vit.distillation",
+    "distribution": "keras_vit.distribution",
 }
 """The modules the documentation names (`keras_vit.loading`, ...) -> where each lives. They, and the names of
 `__all__`, are what `keras_vit.<name>` resolves; `dir(keras_vit)` lists both. Every other module is internal:
@@ -87,6 +89,7 @@ __all__ = [
     "BiT",
     "BiT_R50x1",
     "forward_flops",
+    "layout_map",
     "feature_extractor",
     "Distiller",
     "Patches",

@@ -400,3 +400,74 @@ def test_lora_benchmark_reports_every_variant(tmp_path):
             < step["full"]["trainable_params"] == step["full"]["total_params"])
     assert set(document["goal"]) == {"accuracy_points_lora8_minus_full", "step_memory_share_lora8_of_full", "met"}
     assert "| lora8 |" in done.stdout and "goal (LoRA rank 8" in done.stdout
+
+
+def _peers_python():
+    """$KERAS_VIT_PEERS_PYTHON, or ../peers-venv (benchmarks/README.md's environment) where it exists."""
+    default = os.path.join(os.path.dirname(REPO), "peers-venv", "bin", "python")
+    return os.environ.get("KERAS_VIT_PEERS_PYTHON") or (default if os.path.isfile(default) else None)
+
+
+def test_accelerator_peaks_and_goals():
+    import accelerator
+
+    assert accelerator.peak_tflops("NVIDIA H100 80GB HBM3") == accelerator.peak_tflops("NVIDIA H200") == 989.0
+    assert accelerator.peak_tflops("NVIDIA A100-SXM4-80GB") == 312.0
+    assert accelerator.peak_tflops("NVIDIA H100 PCIe") is None and accelerator.peak_tflops("cpu") is None
+    rows = [{"case": "keras_vit/jax/train/B16/XLA", "framework": "keras_vit (jax)", "task": "train", "model": "B16",
+             "batch": 256, "img_per_s": 1100.0, "mfu": 0.45, "rematerialize": False},
+            {"case": "timm/torch/train/B16/eager", "framework": "timm (torch)", "task": "train", "model": "B16",
+             "batch": 192, "img_per_s": 1000.0, "mfu": 0.4, "rematerialize": None},
+            {"case": "timm/torch/train/B16/compile", "framework": "timm (torch)", "task": "train", "model": "B16",
+             "batch": 256, "img_per_s": 1200.0, "mfu": 0.5, "rematerialize": None}]
+    ratios = accelerator.ratios(rows)
+    assert ratios == [{"case": "keras_vit/jax/train/B16/XLA", "batch": 256, "vs": "timm/torch/train/B16/compile",
+                       "ratio": pytest.approx(1100 / 1200, abs=1e-3)}]
+    assert [g["met"] for g in accelerator.goals(rows, ratios, "B16")] == [False, True]
+
+
+@pytest.mark.e2e
+def test_accelerator_dry_run(tmp_path):
+    """benchmarks/accelerator.py --dry-run: every case of a GPU run at a tiny size on the CPU (timm where a peers
+    environment has it), the JSON and the table; without --dry-run this CPU is refused with one line."""
+    command = [sys.executable, os.path.join(REPO, "benchmarks", "accelerator.py"), "--dry-run",
+               "--json", str(tmp_path / "a.json"), "--markdown", str(tmp_path / "A.md")]
+    peers = _peers_python()
+    if peers:
+        command += ["--peers-python", peers]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=1200, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-3000:]
+    document = json.loads((tmp_path / "a.json").read_text())
+    assert document["device"]["platform"] == "cpu" and document["peak_bf16_tflops"] is None
+    assert document["flops_source"] == "keras_vit.forward_flops"  # TensorFlow is installed here
+    assert document["flops_per_image"]["tiny"] == pytest.approx(flops.arch_forward_gflop(cases.ARCHS["tiny"]) * 1e9)
+    rows = {(r["case"], r["batch"]): r for r in document["rows"]}
+    expected = {("keras_vit/jax/train/tiny/XLA", 2), ("keras_vit/jax/infer/tiny/XLA", 1),
+                ("keras_vit/jax/infer/tiny/XLA", 2), ("keras_vit/tensorflow/train/tiny/XLA", 2),
+                ("keras_vit/tensorflow/infer/tiny/XLA", 2), ("keras_vit/jax/train/tiny/XLA-remat", 2)}
+    if peers:
+        expected |= {(f"timm/torch/{task}/tiny/{mode}", 2) for task in ("train", "infer") for mode in ("eager", "compile")}
+    assert expected <= set(rows), sorted(rows)
+    for row in document["rows"]:
+        assert row["img_per_s"] > 0 and row["mfu"] is None and {"case", "framework", "batch"} <= set(row)
+    assert rows[("keras_vit/jax/infer/tiny/XLA", 2)]["flash_attention"] is False  # no cuDNN on a CPU
+    table = (tmp_path / "A.md").read_text()
+    assert "MFU omitted" in table and "| keras_vit/jax/train/tiny/XLA |" in table
+    refused = subprocess.run([sys.executable, os.path.join(REPO, "benchmarks", "accelerator.py"), "--backends", "jax",
+                              "--json", str(tmp_path / "no.json"), "--markdown", str(tmp_path / "no.md")],
+                             capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert refused.returncode != 0 and refused.stderr.strip().splitlines()[-1].startswith("jax sees no GPU")
+    assert not (tmp_path / "no.json").exists()
+
+
+def test_accelerator_wheels_fit_the_interpreter_and_out_of_memory_is_recognised():
+    sys.path.insert(0, os.path.join(REPO, "tools"))
+    import accelerator_wheels
+    import runner_accelerator
+
+    here = f"cp{sys.version_info[0]}{sys.version_info[1]}"
+    assert accelerator_wheels.fits("keras-3.15.1-py3-none-any.whl")
+    assert accelerator_wheels.fits(f"optree-0.20.0-{here}-{here}-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl")
+    assert not accelerator_wheels.fits("optree-0.20.0-cp39-cp39-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl")
+    assert runner_accelerator.is_oom(RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate"))
+    assert not runner_accelerator.is_oom(ValueError("shapes do not match"))
