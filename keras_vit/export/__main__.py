@@ -100,7 +100,8 @@ flags.DEFINE_enum("precision", "float32", ["float32", "bfloat16", "int8"], "What
                   "AVX512-BF16 and on GPUs, slower on other CPUs); int8 for tflite (int8 weights) and openvino "
                   "(static, with --calibration_images).", flag_values=FLAGS)
 flags.DEFINE_string("calibration_images", None, "Folder of 8 to 300 images of the model's size for "
-                    "--format=openvino --precision=int8, like the ones it will serve.", flag_values=FLAGS)
+                    "--format=openvino --precision=int8, like the ones it will serve (default: none; that pair "
+                    "needs it).", flag_values=FLAGS)
 cli.define_verbose(FLAGS)
 cli.name_arguments(FLAGS, export_base="out")  # keras_vit.export's errors in the flags' words
 
