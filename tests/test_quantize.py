@@ -16,7 +16,8 @@ def images(shape, seed=0):
     return np.random.default_rng(seed).uniform(-1, 1, (2, *shape[1:])).astype("float32")
 
 
-@pytest.mark.parametrize("mode", ["int8", pytest.param("int4", marks=pytest.mark.e2e)])
+@pytest.mark.e2e  # ~18 s on 2 cores: the default tier's budget (test_refusals quantizes in the default tier)
+@pytest.mark.parametrize("mode", ["int8", "int4"])
 def test_vit_quantizes_its_dense_layers_and_reloads_exactly(mode, tmp_path, recwarn):
     model = keras_vit.ViT(**TINY)
     x = images(model.input_shape)
