@@ -22,15 +22,9 @@ def check_image_size(images, patch_size: int):
         return images
     if keras.config.backend() != "tensorflow":
         return images
-    import tensorflow as tf
+    from keras_vit import graph_assertions
 
-    shape = tf.shape(images)
-    check = tf.debugging.Assert(
-        tf.logical_and(tf.equal(shape[1] % patch_size, 0), tf.equal(shape[2] % patch_size, 0)),
-        [f"Image size must be divisible by the patch size {patch_size}. Received: image size (height, width):",
-         shape[1], shape[2]])
-    with tf.control_dependencies([check]):
-        return tf.identity(images)
+    return graph_assertions.assert_divisible(images, patch_size, "Image size")
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
