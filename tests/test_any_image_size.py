@@ -61,6 +61,7 @@ def test_on_its_own_grid_nothing_is_resampled(tiny):
     np.testing.assert_array_equal(model(images), fixed(images))
 
 
+@pytest.mark.e2e  # the default tier's time budget (10 minutes on 2 cores)
 @pytest.mark.parametrize("method", ["bilinear", "bicubic"])
 def test_the_in_graph_resize_is_the_load_time_one(method):
     table = np.random.default_rng(0).normal(size=(5, 7, 6)).astype("float32")
@@ -71,6 +72,7 @@ def test_the_in_graph_resize_is_the_load_time_one(method):
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(resize_grid(table, (5, 7), method)), table)
 
 
+@pytest.mark.e2e  # the default tier's time budget (10 minutes on 2 cores)
 @pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="a graph traced for any size is TensorFlow's")
 def test_a_graph_traced_for_any_size_resamples_and_checks_the_size(tiny):
     import tensorflow as tf
@@ -96,11 +98,13 @@ def test_a_size_that_is_not_a_multiple_of_the_patch_size_is_refused(tiny):
         keras_vit.ViT(**{**tiny, "image_size": (30, 32)}, input_shape=ANY)
 
 
+@pytest.mark.e2e  # the default tier's time budget (10 minutes on 2 cores)
 def test_a_hybrid_of_any_size_is_refused_naming_the_way_out(tiny):
     with pytest.raises(ValueError, match=r"input_shape=\(None, None, 3\), hybrid='r'.*input_shape=\(height, width"):
         keras_vit.ViT(**{**tiny, "patch_size": 32, "image_size": 64}, hybrid="r", input_shape=ANY)
 
 
+@pytest.mark.e2e  # the default tier's time budget (10 minutes on 2 cores)
 def test_image_size_is_the_grid_the_table_covers(tiny):
     model = keras_vit.ViT(**{**tiny, "image_size": (32, 48)}, input_shape=ANY)
     assert model_parts.patch_encoder(model).position_embedding.shape == (1, 1 + 4 * 6, 32)
@@ -111,6 +115,7 @@ def test_image_size_is_the_grid_the_table_covers(tiny):
     assert half(_images(24, 16)).shape == (2, 5)
 
 
+@pytest.mark.e2e  # the default tier's time budget (10 minutes on 2 cores)
 def test_named_constructors_take_any_size():
     model = keras_vit.ViT_Ti16(input_shape=ANY, weights=None, classes=3)
     assert model.input_shape == (None, None, None, 3)
@@ -118,6 +123,7 @@ def test_named_constructors_take_any_size():
     assert model(_images(32, 48, batch=1)).shape == (1, 3)
 
 
+@pytest.mark.e2e  # the default tier's time budget (10 minutes on 2 cores)
 def test_keras_round_trip_config_and_own_file(tiny, tmp_path):
     model = _randomized(keras_vit.ViT(**tiny, input_shape=ANY, pos_embed_interpolation="bicubic"))
     images = _images(40, 24)
@@ -137,6 +143,7 @@ def test_keras_round_trip_config_and_own_file(tiny, tmp_path):
     assert larger(images).shape == (2, 2)
 
 
+@pytest.mark.e2e  # the default tier's time budget (10 minutes on 2 cores)
 @pytest.mark.parametrize("pooling, shape", [(None, (2, 1 + 5 * 3, 32)), ("token", (2, 32)), ("avg", (2, 32)),
                                             ("max", (2, 32))])
 def test_include_top_false_with_every_pooling(tiny, pooling, shape):
@@ -145,6 +152,7 @@ def test_include_top_false_with_every_pooling(tiny, pooling, shape):
     assert tuple(model(_images(40, 24)).shape) == shape
 
 
+@pytest.mark.e2e  # the default tier's time budget (10 minutes on 2 cores)
 def test_fit_on_a_batch_of_one_size(tiny):
     model = keras_vit.ViT(**tiny, input_shape=ANY, classifier_activation=None)
     model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
@@ -152,6 +160,7 @@ def test_fit_on_a_batch_of_one_size(tiny):
     assert np.all(np.isfinite(history.history["loss"]))
 
 
+@pytest.mark.e2e  # the default tier's time budget (10 minutes on 2 cores)
 def test_patch_encoder_on_a_grid_config_round_trips():
     layer = PatchEncoder(8, grid=(2, 3), interpolation="bicubic")
     out = layer(np.zeros((1, 4, 5, 12), "float32"))

@@ -64,6 +64,7 @@ def test_two_prefix_tokens_two_heads_and_the_softmax_of_their_mean():
         np.testing.assert_allclose(pooled.predict(images, verbose=0), want, atol=1e-6, err_msg=pooling)
 
 
+@pytest.mark.e2e  # the default tier's time budget (10 minutes on 2 cores)
 def test_heads_start_at_zero_officially_and_glorot_from_scratch():
     official = keras_vit.ViT(**TINY, distillation_token=True, initialization="official")
     assert not np.any(model_parts.distillation_head(official).kernel.numpy())
@@ -81,6 +82,7 @@ def test_refusals(arguments, match):
         keras_vit.ViT(**{**TINY, "distillation_token": True, **arguments})
 
 
+@pytest.mark.e2e  # the default tier's time budget (10 minutes on 2 cores)
 def test_other_tokenizers_and_hybrids_take_it():
     for arguments in (dict(tokenizer="conv"), dict(tokenizer="shifted_patches"), dict(pos_embedding="sincos2d"),
                       dict(hybrid=dict(block_units=(1,), width=8, groups=4))):
@@ -88,6 +90,7 @@ def test_other_tokenizers_and_hybrids_take_it():
         assert model.output_shape == (None, 3) and model_parts.patch_encoder(model).num_prefix_tokens == 2
 
 
+@pytest.mark.e2e  # the default tier's time budget (10 minutes on 2 cores)
 def test_a_distilled_student_trains_in_the_distiller_and_softmax_is_refused():
     student = keras_vit.ViT(**TINY, distillation_token=True, classifier_activation=None)
     distiller = keras_vit.Distiller(student, keras_vit.ViT(**TINY, classifier_activation=None))
@@ -122,6 +125,7 @@ def test_transformers_with_teacher_reproduces_its_logits_and_both_heads(expected
     assert rel_err(dist, expected["hf_deit_teacher_dist"]) < 1e-4
 
 
+@pytest.mark.e2e  # the default tier's time budget (10 minutes on 2 cores)
 def test_transformers_without_teacher_has_the_token_and_one_head(expected):
     checkpoint = huggingface.read(HF_SINGLE)
     assert "dist" in checkpoint.params and "head/kernel" in checkpoint.params
@@ -149,6 +153,7 @@ def test_a_file_decides_the_token_and_a_contradiction_names_both_sides():
         loading.load_weights(distilled, str(GOLDEN / "timm_token.safetensors"))
 
 
+@pytest.mark.e2e  # the default tier's time budget (10 minutes on 2 cores)
 def test_load_time_resampling_keeps_both_prefix_rows(caplog):
     table = timm.read(TIMM, num_heads=2).params["Transformer/posembed_input/pos_embedding"]
     with caplog.at_level(logging.WARNING, logger="keras_vit"):
@@ -159,6 +164,7 @@ def test_load_time_resampling_keeps_both_prefix_rows(caplog):
     np.testing.assert_array_equal(loaded[:, :2], table[:, :2])
 
 
+@pytest.mark.e2e  # the default tier's time budget (10 minutes on 2 cores)
 def test_any_size_model_resamples_in_the_graph_as_at_load_time(expected):
     anywhere = keras_vit.ViT(weights=TIMM, num_heads=2, input_shape=(None, None, 3), classifier_activation=None)
     images = expected["images"]
@@ -197,6 +203,7 @@ def test_own_file_round_trips_and_transfers_to_other_classes_and_sizes(tmp_path,
         keras_vit.ViT(weights=path, distillation_token=False)
 
 
+@pytest.mark.e2e  # the default tier's time budget (10 minutes on 2 cores)
 def test_inspection_drops_both_prefix_tokens_and_rolls_out_from_class():
     from keras_vit import inspect
 
@@ -231,6 +238,7 @@ def test_published_deit_entries():
     assert weights.get_entry("B16", "imagenet").name == "augreg_in21k_ft_in1k"  # DeiT is not the best 1k file
 
 
+@pytest.mark.e2e  # the default tier's time budget (10 minutes on 2 cores)
 def test_a_published_distilled_name_downloads_from_its_host_and_loads(tmp_path, monkeypatch, expected):
     """The download path of a DeiT entry, served from a file:// host: the golden timm file as a tiny variant's."""
     monkeypatch.setitem(VARIANTS, "G8", Variant("G8", "G", 8, 16, 2, 2, 32))

@@ -32,6 +32,7 @@ def test_hard_and_soft_losses_against_hand_values():
     np.testing.assert_allclose(got, soft, rtol=1e-5)
 
 
+@pytest.mark.e2e  # the default tier's time budget (10 minutes on 2 cores)
 def test_a_single_head_student_learns_from_the_teacher_in_fit():
     keras.utils.set_random_seed(0)
     teacher, student = keras_vit.ViT(**TINY), keras_vit.ViT(**TINY)

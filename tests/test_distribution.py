@@ -70,6 +70,7 @@ print("ok")
 """
 
 
+@pytest.mark.e2e  # the default tier's time budget (10 minutes on 2 cores)
 def test_only_the_documented_modules_are_attributes_of_a_fresh_keras_vit():
     env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3")
     result = subprocess.run([sys.executable, "-c", SURFACE], capture_output=True, text=True, env=env, cwd=ROOT,

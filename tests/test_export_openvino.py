@@ -47,6 +47,7 @@ def test_float32_matches_keras_and_records_its_hint(model, pixels, tmp_path):
         compiled(np.zeros((9, SIZE, SIZE, 3), np.float32))
 
 
+@pytest.mark.e2e  # the default tier's time budget (10 minutes on 2 cores)
 def test_bfloat16_is_the_same_ir_served_in_bf16(model, pixels, tmp_path):
     path = export_openvino(model, tmp_path / "ov", precision="bfloat16")
     compiled = ov_export.compile_model(path)
@@ -56,6 +57,7 @@ def test_bfloat16_is_the_same_ir_served_in_bf16(model, pixels, tmp_path):
     np.testing.assert_allclose(compiled(pixels)[0], keras_reference(model, pixels), atol=0.02)
 
 
+@pytest.mark.e2e  # the default tier's time budget (10 minutes on 2 cores)
 def test_int8_is_calibrated_and_close(pixels, tmp_path, capsys):
     logits = tiny_vit(hidden_size=64, mlp_dim=128, classifier_activation=None)
     path = export_openvino(logits, tmp_path / "ov", precision="int8",
@@ -85,6 +87,7 @@ def test_int8_refusals_write_nothing(model, tmp_path):
     assert not any(os.path.exists(tmp_path / name) for name in "abcde")
 
 
+@pytest.mark.e2e  # the default tier's time budget (10 minutes on 2 cores)
 def test_a_broken_calibration_image_is_named(tmp_path):
     folder = calibration_folder(tmp_path / "calibration")
     (tmp_path / "calibration" / "z.png").write_bytes(b"\x89PNG\r\n\x1a\nbroken")

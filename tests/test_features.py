@@ -36,6 +36,7 @@ def test_grids_are_the_blocks_patch_tokens_in_row_major_order(classifier, prefix
     assert tuple(as_tokens.shape) == (2, prefix + 16, 32)
 
 
+@pytest.mark.e2e  # the default tier's time budget (10 minutes on 2 cores)
 def test_norm_applies_the_final_layer_norm(x):
     model = keras_vit.ViT(**TINY)
     normed = numpy(keras_vit.feature_extractor(model, blocks=(-1,), output="tokens", norm=True)(x)["block_2"])
@@ -46,6 +47,7 @@ def test_norm_applies_the_final_layer_norm(x):
     np.testing.assert_allclose(normed, expected, atol=1e-5)
 
 
+@pytest.mark.e2e  # the default tier's time budget (10 minutes on 2 cores)
 def test_a_hybrid_gives_its_stem_stages(x):
     model = keras_vit.ViT(**{**TINY, "image_size": 64, "patch_size": 32, "num_layers": 1}, hybrid="r26")
     images = np.random.default_rng(1).uniform(-1, 1, (1, 64, 64, 3)).astype("float32")
@@ -72,6 +74,7 @@ def test_refusals(kwargs, message):
         keras_vit.feature_extractor(keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)]))
 
 
+@pytest.mark.e2e  # the default tier's time budget (10 minutes on 2 cores)
 def test_the_features_savedmodel(tmp_path):
     import tensorflow as tf
 
@@ -90,6 +93,7 @@ def test_the_features_savedmodel(tmp_path):
         served(images=tf.zeros((5, 32, 32, 3)))
 
 
+@pytest.mark.e2e  # the default tier's time budget (10 minutes on 2 cores)
 def test_an_any_size_model_gives_grids_of_the_input_size():
     model = keras_vit.ViT(**{**TINY, "include_top": False}, input_shape=(None, None, 3))
     extractor = keras_vit.feature_extractor(model, blocks=(-1,))

@@ -57,6 +57,7 @@ def test_the_adapted_projection_is_w_plus_scaled_ab():
                                keras.ops.convert_to_numpy(layer.activation(expected)), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.e2e  # the default tier's time budget (10 minutes on 2 cores)
 def test_merge_keras_file_and_adapter_file_round_trips(x, tmp_path):
     model = tiny()
     base_weights = model.get_weights()
@@ -96,6 +97,7 @@ def test_bad_arguments_change_nothing(rank, targets, message):
     assert not lora.enabled_layers(model) and len(model.trainable_weights) == len(model.weights)
 
 
+@pytest.mark.e2e  # the default tier's time budget (10 minutes on 2 cores)
 def test_refusals(tmp_path):
     model = tiny()
     model.enable_lora(2)
@@ -121,6 +123,7 @@ def test_refusals(tmp_path):
         quantized.enable_lora(2)
 
 
+@pytest.mark.e2e  # the default tier's time budget (10 minutes on 2 cores)
 def test_exports_write_the_merged_model(x):
     from keras_vit.export import serving_form
 

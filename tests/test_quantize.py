@@ -70,6 +70,7 @@ def test_refusals(tmp_path):
         precision.serving_model(model, "bfloat16")
 
 
+@pytest.mark.e2e  # the default tier's time budget (10 minutes on 2 cores)
 def test_a_damaged_policy_map_is_refused():
     config = keras_vit.ViT(**TINY).get_config()
     policies = keras.dtype_policies.DTypePolicyMap(default_policy="float32")

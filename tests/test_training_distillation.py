@@ -19,6 +19,7 @@ def train(workdir, *args, tiny=True):
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.e2e  # the default tier's time budget (10 minutes on 2 cores)
 def test_distillation_flags_without_a_teacher_are_a_usage_error(tmp_path):
     done = train(tmp_path / "run", "--distillation=soft")
     assert done.returncode == 2 and "--distillation sets how the student learns from a teacher" in done.stderr
