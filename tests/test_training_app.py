@@ -75,13 +75,9 @@ def test_one_device_run_writes_config_checkpoints_metrics_and_a_summary_line(tmp
     assert os.path.getmtime(tmp_path / "model.keras") == model_written  # nothing saved again
 
 
-@pytest.mark.e2e
-def test_resumed_run_ends_with_the_weights_of_an_uninterrupted_run(tmp_path):
-    args = ["--steps=6", "--checkpoint_every=3", "--keep_checkpoints=5", "--export=false"]
-    full = tmp_path / "full"
-    assert train(full, *args).returncode == 0
-    # The state a kill between steps 3 and 6 leaves behind: checkpoint 3, nothing after it.
-    interrupted = tmp_path / "interrupted"
+def interrupted_copy(full, interrupted):
+    """The state a kill between steps 3 and 6 of the run in `full` leaves in `interrupted`: its config and
+    checkpoint 3, nothing after it."""
     shutil.copytree(full / "checkpoints", interrupted / "checkpoints")
     shutil.copy(full / "config.json", interrupted / "config.json")
     for name in os.listdir(interrupted / "checkpoints"):
@@ -90,6 +86,15 @@ def test_resumed_run_ends_with_the_weights_of_an_uninterrupted_run(tmp_path):
     (interrupted / "checkpoints" / "checkpoint").write_text(
         'model_checkpoint_path: "ckpt-3"\nall_model_checkpoint_paths: "ckpt-3"\n'
     )
+
+
+@pytest.mark.e2e
+def test_resumed_run_ends_with_the_weights_of_an_uninterrupted_run(tmp_path):
+    args = ["--steps=6", "--checkpoint_every=3", "--keep_checkpoints=5", "--export=false"]
+    full = tmp_path / "full"
+    assert train(full, *args).returncode == 0
+    interrupted = tmp_path / "interrupted"
+    interrupted_copy(full, interrupted)
     result = train(interrupted, *args)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "resumed from" in result.stdout and "ckpt-3 at step 3" in result.stdout
@@ -323,13 +328,7 @@ def test_a_lora_run_trains_the_adapters_only_resumes_exactly_and_exports_merged(
     assert all(not np.array_equal(first.get_tensor(k), last.get_tensor(k)) for k in trained)
     # resumed from checkpoint 3, it ends where the uninterrupted run ended
     interrupted = tmp_path / "interrupted"
-    shutil.copytree(full / "checkpoints", interrupted / "checkpoints")
-    shutil.copy(full / "config.json", interrupted / "config.json")
-    for name in os.listdir(interrupted / "checkpoints"):
-        if name.startswith("ckpt-6"):
-            os.remove(interrupted / "checkpoints" / name)
-    (interrupted / "checkpoints" / "checkpoint").write_text(
-        'model_checkpoint_path: "ckpt-3"\nall_model_checkpoint_paths: "ckpt-3"\n')
+    interrupted_copy(full, interrupted)
     assert train(interrupted, *args).returncode == 0
     resumed = tf.train.load_checkpoint(str(interrupted / "checkpoints" / "ckpt-6"))
     for name in trained:
