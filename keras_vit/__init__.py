@@ -58,7 +58,7 @@ PUBLIC_MODULES = {
     "inspect": "keras_vit.inspect",
     "convert": "keras_vit.convert",
     "download": "keras_vit.checkpoints.download",
-    "pos_embed": "keras_vit.checkpoints.pos_embed",
+    "position_embedding": "keras_vit.checkpoints.position_embedding",
     "initialization": "keras_vit.initialization",
     "extras": "keras_vit.extras",
     "lora": "keras_vit.lora",

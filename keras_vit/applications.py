@@ -58,11 +58,11 @@ def ViT(
     include_preprocessing=False,
     name=None,
     hybrid=None,
-    pos_embed_interpolation="bilinear",
+    position_embedding_interpolation="bilinear",
     qkv_bias=None,
     initialization=None,
     rematerialize=True,
-    pos_embedding=None,
+    position_embedding=None,
     tokenizer=None,
     locality_attention=None,
     distillation_token=None,
@@ -107,7 +107,7 @@ def ViT(
         input_tensor: optional Keras tensor (`keras.Input(...)` or a layer output) to use as the image input.
         input_shape: (height, width, channels), channels last; overrides `image_size`. A None height or width
             (`(None, None, 3)`) takes any multiple of `patch_size` at run time: the position table (covering
-            `image_size`) is resampled to each batch's patch grid in the graph with `pos_embed_interpolation`,
+            `image_size`) is resampled to each batch's patch grid in the graph with `position_embedding_interpolation`,
             as a model built at that size would be at load time (docs/MODEL.md, "Any image size at run time";
             not for hybrids) [the checkpoint's: a keras_vit file of a model of any size gives one again].
         pooling: with `include_top=False`: None (tokens), `"token"`, `"avg"` or `"max"` (over patch tokens).
@@ -127,9 +127,9 @@ def ViT(
             weight standardisation) and its feature map is cut into patches of `patch_size / stride` features;
             `patch_size` (the pixels between tokens) must be a multiple of the stem's stride (16 for `"r50"`,
             32 for `"r26"` and `"r50_s32"`, 4 for `"r"`), and the image size a multiple of `patch_size`.
-        pos_embed_interpolation: how a checkpoint's position embedding is resampled to another input size, at
+        position_embedding_interpolation: how a checkpoint's position embedding is resampled to another input size, at
             load time and, for a model of any size, at run time: `"bilinear"` (the official corner-aligned method,
-            as `scipy.ndimage.zoom(order=1)`) or `"bicubic"` (`keras_vit.pos_embed`) [a keras_vit file of a
+            as `scipy.ndimage.zoom(order=1)`) or `"bicubic"` (`keras_vit.position_embedding`) [a keras_vit file of a
             model of any size: its own].
         qkv_bias: whether the query, key and value projections have biases, as in the paper and every
             official checkpoint [the checkpoint's, else True]. A checkpoint with (non-zero) query/key/value
@@ -138,7 +138,7 @@ def ViT(
             (smaller patch and attention kernels, a Glorot head: better for training from scratch on small data) or
             `"official"` (the Flax code's, zero head) ["scratch" for `weights=None`; with `weights` the
             checkpoint's values, and a new head for other classes is zero, as the official fine-tuning].
-        pos_embedding: `"learned"` (the paper's 1-D table, resampled for another resolution) or `"sincos2d"`
+        position_embedding: `"learned"` (the paper's 1-D table, resampled for another resolution) or `"sincos2d"`
             (big_vision's fixed 2-D sin-cos table, no weights; `keras_vit.layers.patch_encoder.sincos_2d`). Checkpoints
             with a learned table load only into `"learned"` [the checkpoint's, else "learned"].
         tokenizer: how the image becomes tokens: `"patches"` (the paper's linear projection of P x P patches),
@@ -196,7 +196,7 @@ def ViT(
         checkpoint, entry = loading.open_checkpoint(weights, variants.find_variant(arguments), num_heads)
     model = vit.build(architecture.resolve_arguments(arguments, checkpoint, entry, label=weights))
     loading.load_checkpoint(_vision_transformer(model), checkpoint,
-                            interpolation=arguments["pos_embed_interpolation"] or "bilinear", label=weights)
+                            interpolation=arguments["position_embedding_interpolation"] or "bilinear", label=weights)
     return model
 
 
@@ -204,11 +204,12 @@ def saved_arguments(source, given) -> dict:
     """The `keras_vit.variants.SAVED_ARGUMENTS` of the keras_vit model `source` that the caller did not pass
     (`given`): what makes `ViT(weights=<its file>)` the saved model. A caller who asks for a head (`classes`,
     `classifier_activation`) on a file saved without one gets it (`include_top=True`); a model of any input size
-    keeps the `pos_embed_interpolation` it runs with."""
+    keeps the `position_embedding_interpolation` it runs with."""
     saved = {**source.arguments, "name": source.name}
     taken = {key: saved[key] for key in variants.SAVED_ARGUMENTS if key not in given}
-    if validation.is_any_size(saved["input_shape"]) and "pos_embed_interpolation" not in given:
-        taken["pos_embed_interpolation"] = saved["pos_embed_interpolation"]  # how it runs at other sizes
+    if validation.is_any_size(saved["input_shape"]) and "position_embedding_interpolation" not in given:
+        # how it runs at other sizes
+        taken["position_embedding_interpolation"] = saved["position_embedding_interpolation"]
     if "include_top" in taken and {"classes", "classifier_activation"} & given:
         taken["include_top"] = True
     return taken

@@ -7,7 +7,7 @@ from keras_vit import variants
 
 CLASSIFIERS = variants.choices("classifier")
 POOLING_MODES = variants.choices("pooling")
-INTERPOLATIONS = variants.choices("pos_embed_interpolation")
+INTERPOLATIONS = variants.choices("position_embedding_interpolation")
 
 
 def check_rate(name: str, value) -> None:
@@ -34,10 +34,11 @@ def check_bool(name: str, value) -> None:
 
 
 def check_interpolation(value) -> None:
-    """A position-embedding resampling method of `keras_vit.pos_embed`, or None for the default."""
+    """A position-embedding resampling method of `keras_vit.position_embedding`, or None for the default."""
     if value is not None and value not in INTERPOLATIONS:
         raise ValueError(
-            f"`pos_embed_interpolation` must be one of {INTERPOLATIONS}. Received: pos_embed_interpolation={value!r}"
+            f"`position_embedding_interpolation` must be one of {INTERPOLATIONS}. "
+            f"Received: position_embedding_interpolation={value!r}"
         )
 
 
@@ -159,7 +160,7 @@ def check_before_loading(arguments: dict) -> None:
     repeats them on the resolved arguments)."""
     from keras_vit.variants import DEFAULTS
 
-    check_interpolation(arguments.get("pos_embed_interpolation"))
+    check_interpolation(arguments.get("position_embedding_interpolation"))
     for name, default in DEFAULTS.items():  # the switches: gelu_approximate, qkv_bias
         if isinstance(default, bool) and arguments.get(name) is not None:
             check_bool(name, arguments[name])

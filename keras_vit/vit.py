@@ -172,8 +172,8 @@ def _check(a: dict) -> None:
     validation.check_bool("gelu_approximate", a["gelu_approximate"])
     validation.check_bool("qkv_bias", a["qkv_bias"])
     validation.check_positive_number("layer_norm_epsilon", a["layer_norm_epsilon"])
-    validation.check_interpolation(a["pos_embed_interpolation"])
-    check_position_embedding(a["pos_embedding"], a["hidden_size"])
+    validation.check_interpolation(a["position_embedding_interpolation"])
+    check_position_embedding(a["position_embedding"], a["hidden_size"])
     validation.check_choice("initialization", a["initialization"], (None, *initialization_lib.SCHEMES))
     validation.check_choice("tokenizer", a["tokenizer"], TOKENIZERS)
     validation.check_bool("locality_attention", a["locality_attention"])
@@ -240,8 +240,8 @@ def _graph(inputs, a):
                     flatten=not any_size, name=model_parts.PATCHES)(x)
     height, width = a.image_size if any_size else a.input_shape[:2]
     x = PatchEncoder(a.hidden_size, use_class_token=use_class_token, dropout_rate=a.dropout_rate,
-                     position_embedding=a.pos_embedding, grid=(height // a.patch_size, width // a.patch_size),
-                     interpolation=a.pos_embed_interpolation or "bilinear",
+                     position_embedding=a.position_embedding, grid=(height // a.patch_size, width // a.patch_size),
+                     interpolation=a.position_embedding_interpolation or "bilinear",
                      distillation_token=bool(a.distillation_token), name=model_parts.PATCH_ENCODER)(x)
     for i in range(a.num_layers):
         x = TransformerBlock(

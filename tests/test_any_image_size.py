@@ -1,7 +1,7 @@
 """A ViT of any image size at run time (`input_shape=(None, None, 3)`): its `PatchEncoder` resamples the stored
 position table (covering `image_size`) to each batch's patch grid in the graph, as the load-time resampling of
-`keras_vit.checkpoints.pos_embed` does, so that it computes what a model built at that size from the same weights
-computes."""
+`keras_vit.checkpoints.position_embedding` does, so that it computes what a model built at that size from the same
+weights computes."""
 
 import keras
 import numpy as np
@@ -9,7 +9,7 @@ import pytest
 
 import keras_vit
 from keras_vit import model_parts
-from keras_vit.checkpoints import pos_embed
+from keras_vit.checkpoints import position_embedding
 from keras_vit.layers.patch_encoder import PatchEncoder, resize_grid
 
 ANY = (None, None, 3)
@@ -36,8 +36,8 @@ def _images(height, width, batch=2, seed=1):
 
 @pytest.mark.parametrize("options", [
     dict(),
-    dict(pos_embed_interpolation="bicubic"),
-    dict(pos_embedding="sincos2d", classifier="gap"),
+    dict(position_embedding_interpolation="bicubic"),
+    dict(position_embedding="sincos2d", classifier="gap"),
     dict(tokenizer="shifted_patches"),
     dict(tokenizer="conv"),
 ], ids=["bilinear", "bicubic", "sincos2d-gap", "shifted_patches", "conv"])
@@ -66,7 +66,7 @@ def test_on_its_own_grid_nothing_is_resampled(tiny):
 def test_the_in_graph_resize_is_the_load_time_one(method):
     table = np.random.default_rng(0).normal(size=(5, 7, 6)).astype("float32")
     for grid in ((5, 7), (8, 3), (1, 12), (2, 2)):
-        expected = pos_embed.resize_grid(table, grid, method)
+        expected = position_embedding.resize_grid(table, grid, method)
         np.testing.assert_allclose(keras.ops.convert_to_numpy(resize_grid(table, grid, method)), expected,
                                    rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(resize_grid(table, (5, 7), method)), table)
@@ -77,7 +77,7 @@ def test_the_in_graph_resize_is_the_load_time_one(method):
 def test_a_graph_traced_for_any_size_resamples_and_checks_the_size(tiny):
     import tensorflow as tf
 
-    model = _randomized(keras_vit.ViT(**tiny, input_shape=ANY, pos_embed_interpolation="bicubic"))
+    model = _randomized(keras_vit.ViT(**tiny, input_shape=ANY, position_embedding_interpolation="bicubic"))
     traced = tf.function(model, input_signature=[tf.TensorSpec((None, None, None, 3), tf.float32)])
     for height, width in ((32, 32), (48, 24)):
         images = _images(height, width)
@@ -125,7 +125,7 @@ def test_named_constructors_take_any_size():
 
 @pytest.mark.e2e  # the default tier's time budget (10 minutes on 2 cores)
 def test_keras_round_trip_config_and_own_file(tiny, tmp_path):
-    model = _randomized(keras_vit.ViT(**tiny, input_shape=ANY, pos_embed_interpolation="bicubic"))
+    model = _randomized(keras_vit.ViT(**tiny, input_shape=ANY, position_embedding_interpolation="bicubic"))
     images = _images(40, 24)
     expected = model(images)
     path = str(tmp_path / "any.keras")

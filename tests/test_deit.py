@@ -13,7 +13,7 @@ from foreign_checkpoints import GOLDEN, rel_err
 
 import keras_vit
 from keras_vit import model_parts, weights
-from keras_vit.checkpoints import huggingface, loading, pos_embed, timm
+from keras_vit.checkpoints import huggingface, loading, position_embedding, timm
 from keras_vit.variants import VARIANTS, Variant
 
 TINY = dict(image_size=16, patch_size=4, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32, classes=3)
@@ -84,7 +84,7 @@ def test_refusals(arguments, match):
 
 @pytest.mark.e2e  # the default tier's time budget (10 minutes on 2 cores)
 def test_other_tokenizers_and_hybrids_take_it():
-    for arguments in (dict(tokenizer="conv"), dict(tokenizer="shifted_patches"), dict(pos_embedding="sincos2d"),
+    for arguments in (dict(tokenizer="conv"), dict(tokenizer="shifted_patches"), dict(position_embedding="sincos2d"),
                       dict(hybrid=dict(block_units=(1,), width=8, groups=4))):
         model = keras_vit.ViT(**TINY, distillation_token=True, **arguments)
         assert model.output_shape == (None, 3) and model_parts.patch_encoder(model).num_prefix_tokens == 2
@@ -160,7 +160,7 @@ def test_load_time_resampling_keeps_both_prefix_rows(caplog):
         model = keras_vit.ViT(weights=TIMM, num_heads=2, input_shape=(48, 48, 3))
     assert "class and distillation tokens kept" in caplog.text
     loaded = model_parts.patch_encoder(model).position_embedding.numpy()
-    np.testing.assert_allclose(loaded, pos_embed.resample_position_embedding(table, (6, 6), 2), atol=1e-6)
+    np.testing.assert_allclose(loaded, position_embedding.resample_position_embedding(table, (6, 6), 2), atol=1e-6)
     np.testing.assert_array_equal(loaded[:, :2], table[:, :2])
 
 
@@ -194,7 +194,7 @@ def test_own_file_round_trips_and_transfers_to_other_classes_and_sizes(tmp_path,
     assert not np.any(model_parts.distillation_head(tuned).kernel.numpy())
     source = model_parts.patch_encoder(model).position_embedding.numpy()
     np.testing.assert_allclose(model_parts.patch_encoder(tuned).position_embedding.numpy(),
-                               pos_embed.resample_position_embedding(source, (6, 6), 2), atol=1e-6)
+                               position_embedding.resample_position_embedding(source, (6, 6), 2), atol=1e-6)
     np.testing.assert_array_equal(model_parts.patch_encoder(tuned).distillation_token.numpy(),
                                   model_parts.patch_encoder(model).distillation_token.numpy())
     features = keras_vit.ViT(weights=path, include_top=False, pooling="avg")

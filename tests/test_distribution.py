@@ -64,8 +64,8 @@ assert not hasattr(keras_vit, "model_parts")
 for name, where in keras_vit.PUBLIC_MODULES.items():
     assert getattr(keras_vit, name) is importlib.import_module(where), (name, where)
     assert name in dir(keras_vit)
-from keras_vit import loading, pos_embed  # a public module by its documented name, from an import too
-assert loading.load_weights and pos_embed.resample_position_embedding
+from keras_vit import loading, position_embedding  # a public module by its documented name, from an import too
+assert loading.load_weights and position_embedding.resample_position_embedding
 print("ok")
 """
 

@@ -144,3 +144,22 @@ def test_docs_design_names_every_library_module_on_its_floor():
         if not names & rows.get(floor, set()):
             misplaced.append(f"{path} (floor {floor})")
     assert not misplaced, f"docs/DESIGN.md's floor table does not list these on their floors: {misplaced}"
+
+
+def test_the_load_path_tracer_counts_stays_and_returns(tmp_path):
+    """tools/trace_load_path.py (the room counts docs/DESIGN.md quotes): hand-counted arithmetic, and a real walk
+    of an `.npz` load that goes from `applications` through the reader to the loader."""
+    import sys
+
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    import trace_load_path
+
+    assert trace_load_path.counts(["a", "b", "a", "c", "a"]) == {
+        "stays": 5, "rooms": 3, "returns": 2, "visits": {"a": 3, "b": 1, "c": 1}}
+    path = trace_load_path.write_file("npz", str(tmp_path))
+    import keras_vit
+
+    walk = trace_load_path.trace(lambda: keras_vit.ViT(weights=path))
+    assert walk[0] == walk[-1] == "applications"
+    assert {"checkpoints/npz", "checkpoints/loading", "checkpoints/keras_names", "vit"} <= set(walk)
+    assert all(a != b for a, b in zip(walk, walk[1:]))  # a stay is a run: no two in a row in one room

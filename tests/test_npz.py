@@ -199,7 +199,8 @@ def test_fine_tune_at_a_new_resolution(tmp_path, caplog):
 def test_bicubic_option(tmp_path, caplog):
     params = random_official_params(np.random.default_rng(8))
     with caplog.at_level(logging.INFO, logger="keras_vit"):
-        model = keras_vit.ViT(weights=_write(tmp_path, params), image_size=48, pos_embed_interpolation="bicubic")
+        model = keras_vit.ViT(weights=_write(tmp_path, params), image_size=48,
+                              position_embedding_interpolation="bicubic")
     assert "(bicubic" in caplog.text
     assert model_parts.patch_encoder(model).position_embedding.shape == (1, 37, 32)
 
@@ -253,7 +254,7 @@ def test_load_weights_into_an_existing_model(tmp_path, tiny, images):
         (dict(hidden_size=64), r"hidden_size=64 \(checkpoint: 32\)"),
         (dict(patch_size=16, image_size=32), r"patch_size=16 \(checkpoint: 8\)"),
         (dict(representation_size=8), r"representation_size=8"),
-        (dict(pos_embed_interpolation="area"), r"pos_embed_interpolation='area'"),
+        (dict(position_embedding_interpolation="area"), r"position_embedding_interpolation='area'"),
     ],
 )
 def test_architecture_conflicts_are_clear_errors(tmp_path, kwargs, match):

@@ -1,4 +1,4 @@
-"""`pos_embedding="sincos2d"`: big_vision's fixed 2-D sin-cos position embedding, as an option of `keras_vit.ViT`,
+"""`position_embedding="sincos2d"`: big_vision's fixed 2-D sin-cos position embedding, as an option of `keras_vit.ViT`,
 its layer and the training app; checkpoints with a learned table are refused for it."""
 
 import math
@@ -49,35 +49,35 @@ def test_the_layer_passes_the_layer_checks(tmp_path):
 
 
 def test_the_model_has_no_position_weights_and_round_trips(tmp_path, images):
-    model = keras_vit.ViT(**TINY, pos_embedding="sincos2d", classifier="gap")
+    model = keras_vit.ViT(**TINY, position_embedding="sincos2d", classifier="gap")
     learned = keras_vit.ViT(**TINY, classifier="gap")
     assert learned.count_params() - model.count_params() == 16 * 32  # a 4x4 grid of width 32, no weights
     assert model_parts.patch_encoder(model).position_embedding is None
-    assert model.get_config()["pos_embedding"] == "sincos2d"
+    assert model.get_config()["position_embedding"] == "sincos2d"
     with pytest.raises(ValueError, match="divisible by 4. Received: hidden_size=30"):
-        keras_vit.ViT(**{**TINY, "hidden_size": 30, "num_heads": 2}, pos_embedding="sincos2d")
+        keras_vit.ViT(**{**TINY, "hidden_size": 30, "num_heads": 2}, position_embedding="sincos2d")
 
 
 def test_a_sincos_model_transfers_and_a_learned_checkpoint_is_refused(tmp_path):
-    model = keras_vit.ViT(**TINY, pos_embedding="sincos2d")
+    model = keras_vit.ViT(**TINY, position_embedding="sincos2d")
     path = str(tmp_path / "sincos.weights.h5")
     model.save_weights(path)
     bigger = keras_vit.ViT(weights=path, image_size=48, classes=5)  # nothing to resample: the table is computed
-    assert bigger.arguments["pos_embedding"] == "sincos2d" and bigger.output_shape == (None, 5)
+    assert bigger.arguments["position_embedding"] == "sincos2d" and bigger.output_shape == (None, 5)
     np.testing.assert_array_equal(model_parts.patch_encoder(bigger).projection.kernel.numpy(),
                                   model_parts.patch_encoder(model).projection.kernel.numpy())
-    with pytest.raises(ValueError, match=r"pos_embedding='learned' \(checkpoint: 'sincos2d'\)"):
-        keras_vit.ViT(weights=path, pos_embedding="learned")
+    with pytest.raises(ValueError, match=r"position_embedding='learned' \(checkpoint: 'sincos2d'\)"):
+        keras_vit.ViT(weights=path, position_embedding="learned")
     npz = str(tmp_path / "official.npz")
     np.savez(npz, **random_official_params(np.random.default_rng(0)))
-    with pytest.raises(ValueError, match=r"pos_embedding='sincos2d' \(checkpoint: 'learned'\)"):
-        keras_vit.ViT(weights=npz, pos_embedding="sincos2d")
+    with pytest.raises(ValueError, match=r"position_embedding='sincos2d' \(checkpoint: 'learned'\)"):
+        keras_vit.ViT(weights=npz, position_embedding="sincos2d")
     params = random_official_params(np.random.default_rng(0))
     del params["Transformer/posembed_input/pos_embedding"]  # a published layout always has one
     np.savez(npz, **params)
     with pytest.raises(ValueError, match="official.npz' does not look like a ViT checkpoint: it has no "
                                          "'Transformer/posembed_input/pos_embedding'"):
-        keras_vit.ViT(weights=npz, pos_embedding="sincos2d")
+        keras_vit.ViT(weights=npz, position_embedding="sincos2d")
     with pytest.raises(ValueError, match="official.npz' does not look like a ViT checkpoint"):
         loading.load_weights(model, npz)  # into a model that has no table: still refused
 
@@ -85,7 +85,7 @@ def test_a_sincos_model_transfers_and_a_learned_checkpoint_is_refused(tmp_path):
 def test_section_4_5_inspection_reads_the_fixed_table(tmp_path):
     from keras_vit.inspect.report import write_report
 
-    model = keras_vit.ViT(**TINY, pos_embedding="sincos2d")
+    model = keras_vit.ViT(**TINY, position_embedding="sincos2d")
     summary = write_report(model, np.zeros((1, 32, 32, 3)), str(tmp_path))
     assert any(path.endswith("position_similarity.png") for path in summary["files"])
 
@@ -94,7 +94,7 @@ def test_the_app_builds_it_from_its_flag():
     from training.config import make_config
     from training.model import model_from_config
 
-    cfg = make_config(None, dataset="folder:/data/x", image_size=16, pos_embedding="sincos2d")
-    assert model_from_config(cfg, num_classes=3).arguments["pos_embedding"] == "sincos2d"
-    with pytest.raises(ValueError, match="--pos_embedding=sincos2d applies to ViT models only"):
-        make_config(None, dataset="folder:/data/x", model="bit_tiny", pos_embedding="sincos2d")
+    cfg = make_config(None, dataset="folder:/data/x", image_size=16, position_embedding="sincos2d")
+    assert model_from_config(cfg, num_classes=3).arguments["position_embedding"] == "sincos2d"
+    with pytest.raises(ValueError, match="--position_embedding=sincos2d applies to ViT models only"):
+        make_config(None, dataset="folder:/data/x", model="bit_tiny", position_embedding="sincos2d")

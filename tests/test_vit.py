@@ -260,8 +260,9 @@ def test_gelu_approximate_must_be_a_bool(tiny, value):
 
 
 def test_unknown_interpolation_is_refused_without_weights(tiny):
-    with pytest.raises(ValueError, match=r"one of \('bilinear', 'bicubic'\).*Received: pos_embed_interpolation='area'"):
-        keras_vit.ViT(**tiny, pos_embed_interpolation="area")
+    match = r"one of \('bilinear', 'bicubic'\).*Received: position_embedding_interpolation='area'"
+    with pytest.raises(ValueError, match=match):
+        keras_vit.ViT(**tiny, position_embedding_interpolation="area")
 
 
 def test_numerics_are_checked_before_a_checkpoint_is_read():
@@ -272,7 +273,8 @@ def test_numerics_are_checked_before_a_checkpoint_is_read():
 
 
 def test_valid_numerics_still_build(tiny):
-    model = keras_vit.ViT(**tiny, layer_norm_epsilon=1e-12, gelu_approximate=False, pos_embed_interpolation="bicubic")
+    model = keras_vit.ViT(**tiny, layer_norm_epsilon=1e-12, gelu_approximate=False,
+                          position_embedding_interpolation="bicubic")
     assert model_parts.encoder_norm(model).epsilon == 1e-12
     assert model_parts.encoder_blocks(model)[0].gelu_approximate is False
 

@@ -114,7 +114,7 @@ class Config:
         "kernels and a non-zero head, better from scratch on small data; the default) or official (the Flax code's: the paper's recipes). "
         "A BiT model starts as BiT does.",
         enum_values=["scratch", "official"], vit_argument=True, vit_only=False)
-    pos_embedding: str | None = _field(  # None: the checkpoint's with --weights, else "learned"
+    position_embedding: str | None = _field(  # None: the checkpoint's with --weights, else "learned"
         None, "learned (the paper's 1-D table) or sincos2d (big_vision's fixed 2-D sin-cos table, no weights).",
         enum_values=["learned", "sincos2d"], vit_argument=True)
     tokenizer: str | None = _field(  # None: the checkpoint's with --weights, else "patches"

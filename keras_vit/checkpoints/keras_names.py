@@ -9,7 +9,7 @@ keras_vit's own options, `keras_vit.variants.OWN_OPTIONS`: a convolutional stem,
 keyed by its Keras path (`conv_stem/conv_0/kernel`), so a new option's weights need no entry here.
 Only one array changes shape on the way: the patch embedding kernel (P, P, C, D) becomes the Dense kernel
 (P*P*C, D) of `patch_encoder.projection` (a C-order reshape, matching the (row, column, channel) order of
-`Patches`). The position embedding may need resampling, which the loader does (`keras_vit.pos_embed`).
+`Patches`). The position embedding may need resampling, which the loader does (`keras_vit.position_embedding`).
 
 Example:
     >>> import keras_vit

@@ -7,7 +7,7 @@ mis-shaped, and says which variant the file looks like. Weights holding NaN or I
 format is detected from the file itself. For checkpoints, `ViT(weights=...)` reads the file first, takes the
 architecture from its shapes (validating what the caller fixed), builds a fresh model and then loads it, so
 a failed load never leaves a half-loaded model behind. Resolution changes resample the position embedding
-(paper section 3.2, `keras_vit.pos_embed`); a different number of classes gets a new zero-initialised head
+(paper section 3.2, `keras_vit.position_embedding`); a different number of classes gets a new zero-initialised head
 (as the paper's fine-tuning); `include_top=False` skips the head. These decisions are reported on the
 `"keras_vit"` logger, one line each: a resampled position embedding, a new head and the pre_logits it drops
 at WARNING, so that Python prints them to stderr even when logging is not configured (quiet them with
@@ -32,7 +32,7 @@ import warnings
 import numpy as np
 
 from keras_vit import model_parts, variants
-from keras_vit.checkpoints import architecture, keras_names, own, pos_embed, untrusted
+from keras_vit.checkpoints import architecture, keras_names, own, position_embedding, untrusted
 from keras_vit.checkpoints.canonical import Checkpoint, LazyArray, check_finite, listing
 from keras_vit.checkpoints.readers import read_checkpoint  # noqa: F401  (public here; tests patch it here)
 from keras_vit.checkpoints.weights_files import (  # noqa: F401  (public here too)
@@ -139,7 +139,7 @@ def _fit_array(key, array, variable, model, arch, interpolation, report):
             return None
         new_grid = model_parts.model_grid(model)
         report.resampled = (arch.grid, new_grid, interpolation)
-        resample = lambda: pos_embed.resample_position_embedding(  # noqa: E731
+        resample = lambda: position_embedding.resample_position_embedding(  # noqa: E731
             np.asarray(array), new_grid, prefix, arch.grid, interpolation)
         return LazyArray(target, array.dtype, resample)
     return None

@@ -1,7 +1,7 @@
 """`PatchEncoder`: linear patch projection, [class] token (and DeiT's distillation token) and position embedding
 (eq. 1): learned 1-D, or fixed 2-D sin-cos (`sincos_2d`). The kinds of position embedding are this layer's:
-`POSITION_EMBEDDINGS`, `check_position_embedding`. `resize_grid`: the learned table resampled to another patch grid inside the graph
-(a model of any input size), as `keras_vit.checkpoints.pos_embed` does at load time."""
+`POSITION_EMBEDDINGS`, `check_position_embedding`. `resize_grid`: the learned table resampled to another patch
+grid inside the graph (a model of any input size), as `keras_vit.checkpoints.position_embedding` does at load time."""
 
 import keras
 import numpy as np
@@ -9,15 +9,15 @@ from keras import ops
 
 from keras_vit import variants
 
-POSITION_EMBEDDINGS = variants.choices("pos_embedding")
-"""`keras_vit.ViT(pos_embedding=...)`: the paper's learned 1-D table, or big_vision's fixed 2-D sin-cos one."""
+POSITION_EMBEDDINGS = variants.choices("position_embedding")
+"""`keras_vit.ViT(position_embedding=...)`: the paper's learned 1-D table, or big_vision's fixed 2-D sin-cos one."""
 
-INTERPOLATIONS = variants.choices("pos_embed_interpolation")
+INTERPOLATIONS = variants.choices("position_embedding_interpolation")
 
 
 def _taps(size_in: int, size_out, method: str):
     """[(indices, weights)] of the input rows each of `size_out` output rows mixes: the rows of
-    `keras_vit.checkpoints.pos_embed`'s interpolation matrices (corner-aligned bilinear, or Keys' cubic with
+    `keras_vit.checkpoints.position_embedding`'s interpolation matrices (corner-aligned bilinear, or Keys' cubic with
     half-pixel centres, taps outside the grid dropped and the rest renormalised), for a `size_out` that may be a
     tensor (a graph traced for any size). An output grid equal to the input's gives weights 1 and 0 exactly."""
     out = ops.cast(size_out, "float32")
@@ -56,8 +56,8 @@ def _resize_axis(table, size_out, axis: int, method: str):
 
 def resize_grid(table, new_grid, method: str = "bilinear"):
     """Resizes a (g_h, g_w, D) float32 table to `new_grid` (rows, cols; ints or scalar tensors) with keras.ops, as
-    `keras_vit.checkpoints.pos_embed.resize_grid` does in numpy: the same taps and weights (in float32), gathered
-    and summed rather than multiplied by matrices (exact for an equal grid, and free of reduced-precision matmuls).
+    `keras_vit.checkpoints.position_embedding.resize_grid` does in numpy: the same taps and weights (in float32),
+    gathered and summed rather than multiplied by matrices (exact for an equal grid, and free of reduced-precision matmuls).
 
     Example:
         >>> import numpy as np
@@ -86,7 +86,7 @@ def _dim(tensor, axis: int):
     return tensor.shape[axis] if tensor.shape[axis] is not None else ops.shape(tensor)[axis]
 
 
-def check_position_embedding(kind, hidden_size: int, name: str = "pos_embedding") -> None:
+def check_position_embedding(kind, hidden_size: int, name: str = "position_embedding") -> None:
     """Refuses an unknown kind (the argument called `name`), or a width the kind cannot fill (each error quotes
     the value)."""
     if kind not in POSITION_EMBEDDINGS:
@@ -139,7 +139,7 @@ class PatchEncoder(keras.layers.Layer):
 
     Patches on their grid, (B, rows, cols, P*P*C) (`Patches(flatten=False)`), may come on another grid than
     `grid` (a model of any input size): the learned table's patch rows are then resampled to it in the graph
-    with `interpolation` (`resize_grid`, the load-time resampling of `keras_vit.checkpoints.pos_embed`; the
+    with `interpolation` (`resize_grid`, the load-time resampling of `keras_vit.checkpoints.position_embedding`; the
     prefix rows kept), the sin-cos table computed for it. On `grid` itself the table is added as it is.
 
     Args:
@@ -151,7 +151,7 @@ class PatchEncoder(keras.layers.Layer):
         grid: (rows, cols) of the patches, row-major as `Patches` cuts them, that the table covers; needed by
             `"sincos2d"` and by patches whose grid is unknown until run time.
         interpolation: how the learned table is resampled to another grid at run time: `"bilinear"` or
-            `"bicubic"` (`keras_vit.checkpoints.pos_embed`'s methods).
+            `"bicubic"` (`keras_vit.checkpoints.position_embedding`'s methods).
         **kwargs: base `keras.layers.Layer` arguments.
 
     Example:

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import scipy.ndimage
 
-from keras_vit.checkpoints.pos_embed import resample_position_embedding, resize_grid
+from keras_vit.checkpoints.position_embedding import resample_position_embedding, resize_grid
 
 
 def _posemb(rng, grid, prefix=1, width=6):

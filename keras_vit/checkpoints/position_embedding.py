@@ -22,7 +22,7 @@ import numpy as np
 
 from keras_vit import variants
 
-METHODS = variants.choices("pos_embed_interpolation")
+METHODS = variants.choices("position_embedding_interpolation")
 
 
 def _bilinear_matrix(size_in: int, size_out: int) -> np.ndarray:
