@@ -38,6 +38,7 @@ class Case:
         policy: a Keras dtype policy overriding the dtype's default (`mixed_bfloat16` for bfloat16).
         rematerialize: keras_vit training recomputes the MLP hidden layer and attention probabilities in the
             backward pass (`keras_vit.ViT`'s default); False stores them (the `-stored-alt` row).
+        backend: the Keras backend of a keras_vit case; `torch` runs in `--keras-torch-python`.
     """
 
     runner: str
@@ -49,6 +50,7 @@ class Case:
     label: str = ""
     policy: str = ""
     rematerialize: bool = True
+    backend: str = "tensorflow"
 
     @property
     def name(self):
@@ -72,7 +74,7 @@ KERAS_VIT_JIT = {"float32": False, "bfloat16": False}
 KERAS_VIT_TRAIN_JIT = {"float32": True, "bfloat16": False}
 
 
-def build_cases(quick=False, peers=(), serving=True, alt_modes=False):
+def build_cases(quick=False, peers=(), serving=True, alt_modes=False, keras_torch=False):
     """Every case of a run, in the order each repeat runs them.
 
     Args:
@@ -81,6 +83,8 @@ def build_cases(quick=False, peers=(), serving=True, alt_modes=False):
         serving: include the SavedModel serving cases (float32 and bfloat16 exports).
         alt_modes: also run keras_vit inference and training in the mode it does not choose (graph vs
             XLA), and the matmul with XLA, to check the choices above.
+        keras_torch: also run keras_vit's training on Keras' torch backend (`torch`: the default
+            rematerialization; `torch-stored`: storing activations), float32 and mixed_bfloat16.
     """
     infer_arch, train_arch = ("tiny", "tiny") if quick else ("B16", "S16")
     big = 4 if quick else 16
@@ -108,6 +112,11 @@ def build_cases(quick=False, peers=(), serving=True, alt_modes=False):
     jit = KERAS_VIT_TRAIN_JIT["float32"]
     cases.append(Case("keras_vit", "train", "float32", train_arch, train_batches, jit=jit,
                       label=_mode(jit) + "-stored-alt", rematerialize=False))
+    if keras_torch:  # the same model and step on PyTorch's kernels, through Keras
+        for dtype in ("float32", "bfloat16"):
+            for remat in (True, False):
+                cases.append(Case("keras_vit", "train", dtype, train_arch, train_batches, backend="torch",
+                                  label="torch" if remat else "torch-stored", rematerialize=remat))
     if serving:  # `export_saved_model(precision=dtype)`; times serving_default (bytes in) and predict_images
         for dtype in ("float32", "bfloat16"):
             jit = KERAS_VIT_JIT[dtype]

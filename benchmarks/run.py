@@ -43,6 +43,9 @@ def parse_args(argv=None):
     parser.add_argument("--keras-vit-python", default=sys.executable,
                         help="python that runs keras_vit and the matmul (default: this one); use a lean environment "
                              "with only keras_vit's runtime dependencies for memory figures (benchmarks/README.md)")
+    parser.add_argument("--keras-torch-python", default=None,
+                        help="python of an environment with PyTorch and Keras (keras_vit's other dependencies need not "
+                             "be there): adds keras_vit's training on Keras' torch backend")
     parser.add_argument("--only", default="", help="comma-separated substrings; run only cases whose name has one")
     parser.add_argument("--no-serving", action="store_true", help="skip the SavedModel export and serving case")
     parser.add_argument("--alt-modes", action="store_true",
@@ -78,10 +81,10 @@ def available_peers(peers_python):
     return tuple(found)
 
 
-def _child_env():
+def _child_env(backend="tensorflow"):
     env = dict(os.environ)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    env["KERAS_BACKEND"] = "tensorflow"
+    env["KERAS_BACKEND"] = backend
     # keras_vit is imported from this checkout, whether or not it is installed.
     env["PYTHONPATH"] = REPO + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
@@ -97,6 +100,7 @@ def spec_for(case, quick, saved_model=None):
         "arch": cases_lib.ARCHS.get(case.arch), "batches": list(case.batches), "jit": case.jit,
         "warmup": warmup, "iters": iters, "n": cases_lib.MATMUL_N["quick" if quick else "full"],
         "saved_model": saved_model, "policy": case.policy, "rematerialize": case.rematerialize,
+        "backend": case.backend,
     }
 
 
@@ -105,7 +109,8 @@ def run_child(spec, python, timeout):
     command = [python, os.path.join(HERE, "child.py"), json.dumps(spec)]
     start = time.perf_counter()
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=_child_env(), cwd=REPO)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                              env=_child_env(spec.get("backend", "tensorflow")), cwd=REPO)
     except subprocess.TimeoutExpired:
         print(f"[{spec['name']}] timed out after {timeout:.0f} s", file=sys.stderr)
         return None
@@ -161,7 +166,7 @@ def main(argv=None):
     peers = available_peers(args.peers_python)
     selected = [
         c for c in cases_lib.build_cases(quick=args.quick, peers=peers, serving=not args.no_serving,
-                                  alt_modes=args.alt_modes)
+                                  alt_modes=args.alt_modes, keras_torch=bool(args.keras_torch_python))
         if not args.only or any(s in c.name for s in args.only.split(","))
     ]
     if not selected:
@@ -184,7 +189,8 @@ def main(argv=None):
         results = {c.name: [] for c in selected}
         for repeat in range(args.repeats):
             for case in selected:
-                python = args.peers_python if case.is_peer else args.keras_vit_python
+                python = (args.peers_python if case.is_peer else
+                          args.keras_torch_python if case.backend == "torch" else args.keras_vit_python)
                 result = run_child(spec_for(case, args.quick, saved_models.get(case.name)), python, args.timeout)
                 if result is not None:
                     results[case.name].append(result)
@@ -208,7 +214,8 @@ def main(argv=None):
         "command": " ".join([os.path.relpath(sys.argv[0], REPO) if argv is None else "benchmarks/run.py"]
                             + (sys.argv[1:] if argv is None else list(argv))),
         "quick": args.quick, "repeats": args.repeats, "peers": list(peers),
-        "pythons": {"keras_vit": args.keras_vit_python, "peers": args.peers_python},
+        "pythons": {"keras_vit": args.keras_vit_python, "peers": args.peers_python,
+                    "keras_torch": args.keras_torch_python},
         "rows": rows, "ceilings_gflops": ceilings, "ratios": ratios, "goals": goal_rows,
         "floor_shares": shares, "bounds": bound_rows, "notes": args.note,
     }

@@ -132,7 +132,6 @@ def _compare_to_float32(model, arch, forward, images=AGREEMENT_IMAGES["full"]):
 
 def _train(spec):
     import keras
-    import tensorflow as tf
 
     memory = measure.memory_stages()
     memory("imported")
@@ -144,12 +143,12 @@ def _train(spec):
     model.compile(
         optimizer=optimizer,
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        jit_compile=spec["jit"],
+        jit_compile=spec["jit"] if keras.backend.backend() == "tensorflow" else False,
     )
     batches = []
     for batch in spec["batches"]:
-        x = tf.constant(_images(batch, arch))
-        y = tf.constant(np.arange(batch) % arch["classes"], "int32")
+        x = keras.ops.convert_to_tensor(_images(batch, arch))
+        y = keras.ops.convert_to_tensor(np.arange(batch) % arch["classes"], "int32")
         model.train_on_batch(x, y)
         memory(f"first_step_{batch}")
         seconds = measure.time_calls(lambda: model.train_on_batch(x, y), spec["warmup"], spec["iters"][str(batch)])

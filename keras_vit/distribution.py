@@ -143,7 +143,8 @@ def initialize(job_addresses: str | None = None, num_processes: int | None = Non
     for a coordinator that never answers.)
 
     Raises:
-        ValueError: missing settings, or a process id outside [0, num_processes).
+        ValueError: missing settings, a process id outside [0, num_processes), or a list of job addresses
+            whose length is not the process count.
         ConnectionError: one line naming the unreachable coordinator.
     """
     import keras
@@ -161,7 +162,13 @@ def initialize(job_addresses: str | None = None, num_processes: int | None = Non
     if not 0 <= process_id < num_processes:
         raise ValueError(f"process_id must be in [0, num_processes). Received: process_id={process_id}, "
                          f"num_processes={num_processes}")
-    coordinator = job_addresses.split(",")[0].strip()
+    addresses = [address.strip() for address in job_addresses.split(",")]
+    if len(addresses) > 1 and len(addresses) != num_processes:
+        raise ValueError(
+            f"The job addresses name {len(addresses)} processes but num_processes is {num_processes}: give every "
+            f"process the same list of all {num_processes} addresses, or the coordinator's alone. Received: "
+            f"job_addresses={job_addresses!r}, num_processes={num_processes}")
+    coordinator = addresses[0]
     host, _ = _host_port(coordinator)
     if process_id == 0:  # the coordinator runs here: its address must be this host's
         try:

@@ -59,6 +59,36 @@ def require_channels_last() -> None:
             "batches with np.transpose(images, (0, 2, 3, 1)).")
 
 
+def check_distributed_batch(x, batch_size) -> None:
+    """Under a `keras.distribution` whose batch axis spans several devices, each batch `fit` makes from arrays is
+    split into equal shares, one a device of this process: refuse a `batch_size` (Keras' default 32 when None), or a
+    last partial batch, that does not split, before any step runs. Batches a `tf.data.Dataset` or a generator
+    makes are the caller's and not checked here.
+
+    Raises:
+        ValueError: naming the batch, the device count and the way out.
+    """
+    distribution = keras.distribution.distribution()
+    axis = getattr(distribution, "batch_dim_name", None)
+    if distribution is None or axis not in distribution.device_mesh.axis_names:
+        return
+    mesh = distribution.device_mesh
+    shares = mesh.shape[list(mesh.axis_names).index(axis)] // max(1, distribution.num_processes)
+    first = keras.tree.flatten(x)[0] if x is not None else None
+    if shares <= 1 or getattr(first, "shape", None) is None or not first.shape:
+        return
+    samples, batch = int(first.shape[0]), int(batch_size or 32)
+    last = samples % batch
+    for size, received in ((batch, f"batch_size={batch}"),
+                           (last, f"{samples} samples in batches of {batch}, a last batch of {last}")):
+        if size % shares:
+            raise ValueError(
+                f"Under {type(distribution).__name__}, each batch is split over the {shares} devices of this "
+                f"process on the mesh's {axis!r} axis, so its size must be a multiple of {shares}. Received: "
+                f"{received}. Use a batch size and a sample count that are multiples of {shares} (or drop the "
+                "remainder).")
+
+
 def plain(value):
     """A config value read back from JSON as the constructor takes it (lists were tuples)."""
     if isinstance(value, list):
@@ -109,6 +139,11 @@ class ConfigModel(keras.Model):
             quantization.check_mode(mode)
         super().quantize(mode, config=config, filters=quantization.quantizable if filters is None else filters,
                          **kwargs)
+
+    def fit(self, x=None, y=None, batch_size=None, **kwargs):
+        """`keras.Model.fit`, after `check_distributed_batch` under a `keras.distribution`."""
+        check_distributed_batch(x, batch_size)
+        return super().fit(x, y, batch_size=batch_size, **kwargs)
 
     def save_weights(self, filepath, overwrite=True, **kwargs):
         """`keras.Model.save_weights`, then the model's config written into the `.weights.h5` file."""

@@ -67,6 +67,16 @@ def local():
             if name == "model":
                 kernel = next(w for w in model.weights if w.path.endswith("encoder_block_0/mlp_dense_1/kernel"))
                 out[name]["mlp_dense_1_shards"] = [list(s.data.shape) for s in kernel.value.addressable_shards]
+    nine = np.concatenate([x, x[:1]]), np.concatenate([y, y[:1]])
+    out["refusals"] = []
+    with strategies["data"].scope():  # a batch (8 by 3), or a last batch (9 by 4), that two devices cannot share
+        model = build()
+        for (images, labels), batch in (((x, y), 3), (nine, 4)):
+            try:
+                model.fit(images, labels, batch_size=batch, epochs=1, verbose=0)
+                out["refusals"].append(None)
+            except ValueError as error:
+                out["refusals"].append(str(error))
     return out
 
 

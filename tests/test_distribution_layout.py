@@ -92,6 +92,8 @@ def test_an_unreachable_coordinator_fails_in_bounded_time_naming_it():
         distribution.initialize("192.0.2.1:1234", num_processes=2, process_id=0)
     with pytest.raises(ValueError, match="process_id must be in"):
         distribution.initialize(address, num_processes=2, process_id=2)
+    with pytest.raises(ValueError, match=r"name 3 processes but num_processes is 2.*Received: job_addresses="):
+        distribution.initialize(f"{address},127.0.0.1:2,127.0.0.1:3", num_processes=2, process_id=1)
 
 
 def _jax_env():
@@ -130,6 +132,9 @@ def test_model_parallel_equals_data_parallel_and_one_device(tmp_path):
         assert _close(runs[name]["loss"], single["loss"]) < 1e-5, (name, runs[name]["loss"], single["loss"])
         assert _close(runs[name]["outputs"], single["outputs"]) < 1e-5, name
     assert runs["model"]["mlp_dense_1_shards"] == [[32, 32], [32, 32]]  # (D, mlp_dim / 2) on each device
+    first, last = runs["refusals"]
+    assert "multiple of 2. Received: batch_size=3." in first, first
+    assert "Received: 9 samples in batches of 4, a last batch of 1." in last, last
 
 
 @pytest.mark.e2e

@@ -163,3 +163,5 @@ def test_the_load_path_tracer_counts_stays_and_returns(tmp_path):
     assert walk[0] == walk[-1] == "applications"
     assert {"checkpoints/npz", "checkpoints/loading", "checkpoints/keras_names", "vit"} <= set(walk)
     assert all(a != b for a, b in zip(walk, walk[1:]))  # a stay is a run: no two in a row in one room
+    flow = trace_load_path.trace(lambda: keras_vit.ViT(weights=path), lookups=False)
+    assert set(flow) <= set(walk) and len(flow) < len(walk) and "checkpoints/untrusted" not in flow  # a look-up
