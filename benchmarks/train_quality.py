@@ -64,6 +64,7 @@ def plain_command(baseline, dataset, root, budget):
 
 
 CNN_SCRIPT = os.path.join(HERE, "cnn_baseline.py")
+DISTILLER_SCRIPT = os.path.join(HERE, "distiller_fit.py")
 
 
 def children_cpu_seconds():
@@ -109,12 +110,13 @@ def summarise(runs):
 
 def runner_label(runner):
     return {"app": "app defaults", "plain": "plain Keras ViT", "cnn": "small Keras CNN", "teacher": "app teacher",
-            "distilled": "app distilled student"}.get(runner, f"app {runner}")
+            "distilled": "app distilled student", "distiller": "Distiller model.fit"}.get(runner, f"app {runner}")
 
 
 def report(results, variants):
     """A markdown table: every runner per dataset, each app runner against the plain script (when it ran), the
-    CNN (when it ran) and, for the distilled student, its teacher; then the mean gaps to the plain script."""
+    CNN (when it ran), for the distilled student its teacher, for the Distiller the app's distilled student; then
+    the mean gaps to the plain script."""
     lines = ["| dataset | runner | accuracy (mean +- sd) | wall s (mean +- sd) | CPU s (mean +- sd) | seeds |",
              "|---|---|---|---|---|---|"]
     first = next(iter(results.values()))
@@ -131,7 +133,8 @@ def report(results, variants):
                          f"{s['n']} |")
         references = [name for name in ("plain", "cnn") if name in summaries]
         for runner in app_runners:
-            for reference in [*references, *(["teacher"] if runner == "distilled" else [])]:
+            taught_by = {"distilled": ["teacher"], "distiller": ["distilled"]}.get(runner, [])
+            for reference in [*references, *taught_by]:
                 other = summaries[reference]
                 gap = summaries[runner]["accuracy"][0] - other["accuracy"][0]
                 wall = summaries[runner]["wall_s"][0] / other["wall_s"][0]
@@ -140,7 +143,7 @@ def report(results, variants):
                     gaps[runner].append(gap)
                     ratios[runner].append(wall)
                     cpu_ratios[runner].append(cpu)
-                short = {"plain": "plain", "cnn": "CNN", "teacher": "teacher"}[reference]
+                short = {"plain": "plain", "cnn": "CNN", "teacher": "teacher", "distilled": "app distilled"}[reference]
                 lines.append(f"| {dataset} | {runner_label(runner)} - {short} | {gap * 100:+.2f} "
                              f"points | {wall:.2f}x | {cpu:.2f}x | |")
     lines.append("")
@@ -184,17 +187,24 @@ def main(argv=None):
     parser.add_argument("--json", help="also write every run and the summary to this file")
     parser.add_argument("--teacher", help="also train this --model as a teacher and a student distilled from it")
     parser.add_argument("--student_flags", default="", help="extra flags of the distilled student (space-separated)")
+    parser.add_argument("--distiller", action="store_true",
+                        help="with --teacher: also train the student with keras_vit.Distiller in plain model.fit "
+                             "(distiller_fit.py), the app's teacher and recipe (folder datasets)")
     parser.add_argument("--plain", action=argparse.BooleanOptionalAction, default=True,
                         help="run the plain script (--no-plain: only the app's rows and the CNN)")
     parser.add_argument("--cnn", action=argparse.BooleanOptionalAction, default=True,
                         help="also run the small Keras CNN (cnn_baseline.py), interleaved with the others")
     args = parser.parse_args(argv)
     variants = parse_variants(args.variant, parser)
+    if args.distiller and (not args.teacher or "digits" in args.datasets.split(",")):
+        parser.error(f"--distiller needs --teacher and folder datasets (not digits). Received: --teacher="
+                     f"{args.teacher!r}, --datasets={args.datasets!r}")
     if args.plain and not os.path.isfile(args.baseline):
         parser.error(f"--baseline must be the plain script's path. Received: --baseline={args.baseline!r}")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     datasets = args.datasets.split(",")
     runners = ["app", *variants, *(["teacher", "distilled"] if args.teacher else []),
+               *(["distiller"] if args.distiller else []),
                *(["plain"] if args.plain else []), *(["cnn"] if args.cnn else [])]
     results = {d: {runner: [] for runner in runners} for d in datasets}
     jiffies, load_start = cpu_jiffies(), os.getloadavg()[0]
@@ -218,6 +228,10 @@ def main(argv=None):
                     taught = os.path.join(scratch, f"teacher_{dataset}_{seed}")
                     rows["distilled"].append(run_app(dataset, folder, seed, scratch, budget, env, "distilled",
                                                      [f"--teacher={taught}", *args.student_flags.split()]))
+                if args.distiller:
+                    student = os.path.join(scratch, f"distilled_{dataset}_{seed}")
+                    rows["distiller"].append(run_plain(DISTILLER_SCRIPT, dataset, folder, budget, env, [
+                        "--teacher", taught, "--student_run", student, "--seed", str(seed)]))
                 if args.plain:
                     rows["plain"].append(run_plain(args.baseline, dataset, folder, budget, env))
                 if args.cnn:

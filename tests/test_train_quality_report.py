@@ -55,3 +55,12 @@ def test_report_compares_the_distilled_student_with_its_teacher_without_the_plai
     assert "| fashion_mnist | app distilled student - teacher | +1.00 points | 2.17x | 2.18x | |" in table
     assert "| fashion_mnist | app distilled student - CNN | +2.00 points | 6.50x | 6.00x | |" in table
     assert "- plain" not in table and "| fashion_mnist | app teacher | 0.8800 +- 0.0000 | 60 +- 0 | 110 +- 0 | 1 |" in table
+
+
+def test_report_compares_the_distiller_with_the_apps_distilled_student():
+    results = {"mnist": {"teacher": [run(0.98, 50, 80)], "distilled": [run(0.97, 110, 180)],
+                         "distiller": [run(0.965, 100, 150)]}}
+    table = train_quality.report(results, {})
+    # Distiller 0.965 - app distilled 0.97 = -0.50 points; wall 100/110 = 0.91x; CPU 150/180 = 0.83x
+    assert "| mnist | Distiller model.fit - app distilled | -0.50 points | 0.91x | 0.83x | |" in table
+    assert "| mnist | Distiller model.fit | 0.9650 +- 0.0000 | 100 +- 0 | 150 +- 0 | 1 |" in table
