@@ -310,7 +310,14 @@ def _usage_error(flag_values, args, capsys):
     return exited.value.code, capsys.readouterr().err
 
 
-@pytest.mark.parametrize("name, value", _BAD_TRAIN_FLAGS)
+_BAD_TRAIN_FLAGS_DEFAULT_TIER = {"patch_size", "learning_rate", "epochs", "global_batch_size", "randaugment",
+                                 "distillation_tau", "lora_rank", "max_image_pixels"}
+"""The rows the default tier runs (every kind of range); all run in e2e (the default tier's time budget)."""
+
+
+@pytest.mark.parametrize("name, value", [
+    (name, value) if name in _BAD_TRAIN_FLAGS_DEFAULT_TIER else pytest.param(name, value, marks=pytest.mark.e2e)
+    for name, value in _BAD_TRAIN_FLAGS])
 def test_a_bad_numeric_flag_of_the_app_is_one_usage_error_naming_it(name, value, capsys):
     from absl import flags
 

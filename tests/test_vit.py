@@ -34,9 +34,10 @@ def test_paper_count_formula_reproduces_the_golden_counts():
 
 
 FULL_SIZE = ("H14", "L16", "L32")  # seconds each to build: the end-to-end tier
+TWIN_SIZES = ("B8", "B32", "S32", "Ti16")  # the same code as B16 / S16: e2e, for the default tier's time budget
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.e2e) if n in FULL_SIZE else n
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.e2e) if n in FULL_SIZE + TWIN_SIZES else n
                                   for n, v in VARIANTS.items() if not v.hybrid])  # hybrids: test_resnet.py
 def test_every_variant_has_its_golden_parameter_count(name):
     model = getattr(keras_vit, VARIANTS[name].constructor_name)(weights=None)
