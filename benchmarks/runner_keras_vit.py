@@ -143,7 +143,7 @@ def _train(spec):
     model.compile(
         optimizer=optimizer,
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        jit_compile=spec["jit"] if keras.backend.backend() == "tensorflow" else False,
+        jit_compile=spec["jit"],  # False for the torch backend's cases
     )
     batches = []
     for batch in spec["batches"]:
