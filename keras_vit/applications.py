@@ -180,21 +180,23 @@ def ViT(
             f"zero). Received: initialization={initialization!r}, weights={weights!r}. Leave it unset."
         )
     arguments["initialization"] = "official"  # loading overwrites it: no second random draw
-    from keras_vit.checkpoints import architecture, loading, own
+    from keras_vit.checkpoints import architecture, keras_names, loading, own, readers
 
     validation.check_before_loading(arguments)  # before any download or read
     validation.check_choice("tokenizer", tokenizer, (None, *vit.TOKENIZERS))
-    if own.is_own(weights):  # a keras_vit file or run: its own arguments, or the architecture asked for
-        source = own.open_model(weights)
-        if source is None:
+    variant = variants.find_variant(arguments)
+    source = weights_files.resolve(weights, None if variant is None else variant.name)
+    if source.is_keras:  # a keras_vit file or run: its own arguments, or the architecture asked for
+        saved = own.open_model(source.path)
+        if saved is None:  # a Keras file of another model: loads into the very architecture it was saved from
             model = vit.build(arguments)
-            loading.load_weights(_vision_transformer(model), weights)
+            own.load_same_architecture(_vision_transformer(model), source.path)
             return model
-        checkpoint, entry = own.to_checkpoint(source, weights), None
-        arguments.update(saved_arguments(source, given))
+        checkpoint = keras_names.to_checkpoint(saved, weights)
+        arguments.update(saved_arguments(saved, given))
     else:
-        checkpoint, entry = loading.open_checkpoint(weights, variants.find_variant(arguments), num_heads)
-    model = vit.build(architecture.resolve_arguments(arguments, checkpoint, entry, label=weights))
+        checkpoint = readers.read_checkpoint(source.path, num_heads, source.format)
+    model = vit.build(architecture.resolve_arguments(arguments, checkpoint, source.entry, label=weights))
     loading.load_checkpoint(_vision_transformer(model), checkpoint,
                             interpolation=arguments["position_embedding_interpolation"] or "bilinear", label=weights)
     return model

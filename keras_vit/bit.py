@@ -194,9 +194,9 @@ def _source(weights):
     """The keras_vit BiT model a `weights` file carries, None for `weights=None` or a file that carries none."""
     if weights is None:
         return None
-    from keras_vit.checkpoints import own
+    from keras_vit.checkpoints import own, weights_files
 
-    if not own.is_own(weights):
+    if not weights_files.is_own(weights):
         raise ValueError(
             "BiT checkpoints are not supported: `weights` must be None (random initialisation), a Keras `.keras` or "
             f"`.weights.h5` file or a training run's folder of a BiT model. Received: weights={weights!r}"

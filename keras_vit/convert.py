@@ -28,8 +28,7 @@ def source_file(source, variant: str | None = None) -> str | None:
     from keras_vit.variants import get_variant
 
     if not weights_files.is_path(source):
-        path, _ = weights_files.resolve_path(source, get_variant(variant).name if variant else None)
-        return path
+        return weights_files.resolve(source, get_variant(variant).name if variant else None).path
     path = os.fspath(source)
     if os.path.isdir(path):
         path = os.path.join(path, "model.safetensors")

@@ -8,6 +8,8 @@ import functools
 import ast
 import os
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = ("keras_vit", "training")
 MAX_FLOORS = 8
@@ -165,3 +167,21 @@ def test_the_load_path_tracer_counts_stays_and_returns(tmp_path):
     assert all(a != b for a, b in zip(walk, walk[1:]))  # a stay is a run: no two in a row in one room
     flow = trace_load_path.trace(lambda: keras_vit.ViT(weights=path), lookups=False)
     assert set(flow) <= set(walk) and len(flow) < len(walk) and "checkpoints/untrusted" not in flow  # a look-up
+
+
+@pytest.mark.parametrize("kind", ["npz", "keras"])
+def test_a_load_from_a_file_enters_each_checkpoint_room_at_most_twice(tmp_path, kind):
+    """docs/DESIGN.md's goal for the checkpoint layer: `ViT(weights=FILE)` coordinates one entry point of each room
+    (resolve, read or open, resolve the arguments, load), so no room of `checkpoints/` is entered a third time."""
+    import sys
+
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    import trace_load_path
+
+    path = trace_load_path.write_file(kind, str(tmp_path))
+    import keras_vit
+
+    keras_vit.ViT(weights=path)  # first imports are not part of the walk
+    visits = trace_load_path.counts(trace_load_path.trace(lambda: keras_vit.ViT(weights=path), lookups=False))["visits"]
+    over = {room: n for room, n in visits.items() if room.startswith("checkpoints/") and n > 2}
+    assert not over, f"checkpoint rooms entered more than twice: {over}"

@@ -18,7 +18,7 @@ from test_loading import _assert_unchanged, _weights
 
 import keras_vit
 from keras_vit import model_parts
-from keras_vit.checkpoints import loading, npz
+from keras_vit.checkpoints import loading, npz, readers
 
 ARCH = dict(patch_size=8, hidden_size=32, num_layers=2, num_heads=4, mlp_dim=64)
 LINEN = {"MultiHeadDotProductAttention_1": "MultiHeadDotProductAttention_0", "LayerNorm_2": "LayerNorm_1",
@@ -103,7 +103,7 @@ def test_gap_classifier_with_pre_logits(tmp_path, images):
     params = random_official_params(np.random.default_rng(2), classifier="gap", representation_size=16)
     model = keras_vit.ViT(weights=_write(tmp_path, params), classifier_activation=None)
     assert model_parts.pre_logits(model).units == 16
-    assert "cls" not in loading.read_checkpoint(_write(tmp_path, params)).params
+    assert "cls" not in readers.read_checkpoint(_write(tmp_path, params)).params
     ref = _reference(params, images, classifier="gap")
     assert _rel_err(model.predict(images, verbose=0), ref) < 1e-4
 
@@ -277,7 +277,7 @@ def test_another_variant_is_named(tmp_path, monkeypatch):
 
     fake = Checkpoint({k: np.broadcast_to(np.float32(0), v.shape) for k, v in shapes.items()}, "official",
                       "ti.npz", True, 1e-6)
-    monkeypatch.setattr(loading, "read_checkpoint", lambda path, num_heads=None: fake)
+    monkeypatch.setattr(readers, "read_checkpoint", lambda path, num_heads=None, file_format=None: fake)
     path = _write(tmp_path, {"cls": np.zeros(1)})
     with pytest.raises(ValueError, match=r"looks like vit_ti16 \(patch 16, D=192, 12 layers, 3 heads"):
         keras_vit.ViT_S16(weights=path)

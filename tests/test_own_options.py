@@ -8,7 +8,7 @@ from numpy_reference import random_official_params
 
 import keras_vit
 from keras_vit import variants
-from keras_vit.checkpoints import architecture, keras_names, own
+from keras_vit.checkpoints import architecture, keras_names
 from keras_vit.checkpoints.canonical import Checkpoint
 
 TINY = dict(image_size=16, patch_size=4, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32, classes=3)
@@ -56,5 +56,5 @@ def test_weights_of_own_options_are_keyed_by_their_keras_path_and_a_clash_is_ref
 
 def test_a_keras_vit_file_says_its_patch_size_and_channels_where_its_tokenizer_reshapes_the_kernel():
     model = keras_vit.ViT(**{**TINY, "image_size": None}, input_shape=(16, 16, 1), tokenizer="conv")
-    arch = architecture.infer(own.to_checkpoint(model, "conv.keras"))  # its embedding kernel is (1, 1, 8, 16)
+    arch = architecture.infer(keras_names.to_checkpoint(model, "conv.keras"))  # its embedding kernel is (1, 1, 8, 16)
     assert (arch.stride, arch.channels, arch.grid, arch.options["tokenizer"]) == (4, 1, (4, 4), "conv")

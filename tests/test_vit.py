@@ -122,10 +122,10 @@ def test_weights_load_into_a_vit_on_a_tensor_computed_by_other_layers(tiny, tmp_
     path = str(tmp_path / "source.weights.h5")
     source.save_weights(path)
     if kind == "official":  # a published layout of the same weights, through the converter's key map
-        from keras_vit.checkpoints import own
+        from keras_vit.checkpoints import keras_names
 
         path = str(tmp_path / "source.npz")
-        np.savez(path, **own.to_checkpoint(source, path).params)
+        np.savez(path, **keras_names.to_checkpoint(source, path).params)
     inputs = keras.Input((32, 32, 3))
     scaled = keras.layers.Rescaling(2.0, name="upstream")(inputs)  # the ViT sees a computed tensor
     model = keras_vit.ViT(**tiny, input_tensor=scaled, weights=path)
@@ -324,9 +324,9 @@ def test_input_tensor_must_be_a_keras_tensor(tiny):
 
 
 def test_a_local_folder_does_not_shadow_a_published_name(tmp_path, monkeypatch):
-    from keras_vit.checkpoints import loading
+    from keras_vit.checkpoints import weights_files
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "imagenet21k").mkdir()
-    assert not loading.is_path("imagenet21k")
-    assert loading.is_path("./imagenet21k")
+    assert not weights_files.is_path("imagenet21k")
+    assert weights_files.is_path("./imagenet21k")

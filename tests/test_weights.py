@@ -6,6 +6,7 @@ import inspect
 import os
 import re
 import socket
+import tempfile
 import traceback
 
 import numpy as np
@@ -418,15 +419,16 @@ def test_load_a_published_name_into_an_existing_model(published_tiny, images):
 
 def _fake_published(monkeypatch, variant, name, **shape_args):
     """Published-name flow with real shapes but no download: broadcast zero views stand in for the file."""
-    from keras_vit.checkpoints import loading
+    from keras_vit.checkpoints import readers
     from keras_vit.checkpoints.canonical import Checkpoint
 
     shapes = random_official_params(np.random.default_rng(0), **shape_args)
     fake = Checkpoint({k: np.broadcast_to(np.float32(0), v.shape) for k, v in shapes.items()}, "official",
                       f"{name}.npz", True, 1e-6)
-    fetched = []
-    monkeypatch.setattr(download, "fetch", lambda entry, cache_dir=None: fetched.append(entry) or "fake.npz")
-    monkeypatch.setattr(loading, "read_checkpoint", lambda path, num_heads=None: fake)
+    fetched, stand_in = [], os.path.join(tempfile.mkdtemp(), f"{name}.npz")
+    np.savez(stand_in, cls=np.zeros(1, "float32"))  # what the download step leaves: a file of the format
+    monkeypatch.setattr(download, "fetch", lambda entry, cache_dir=None: fetched.append(entry) or stand_in)
+    monkeypatch.setattr(readers, "read_checkpoint", lambda path, num_heads=None, file_format=None: fake)
     return fetched
 
 

@@ -40,7 +40,7 @@ def _room(code) -> str | None:
 def write_file(kind: str, folder: str) -> str:
     """A file of `kind` holding a small ViT's weights; returns its path."""
     import keras_vit
-    from keras_vit.checkpoints import own
+    from keras_vit.checkpoints import keras_names
 
     model = keras_vit.ViT(**SMALL, weights=None)
     if kind == "keras":
@@ -51,7 +51,7 @@ def write_file(kind: str, folder: str) -> str:
         model.save_weights(path)
     elif kind == "npz":
         path = os.path.join(folder, "small.npz")
-        np.savez(path, **own.to_checkpoint(model, path).params)
+        np.savez(path, **keras_names.to_checkpoint(model, path).params)
     else:
         raise ValueError(f"Unknown --kind: expected one of {', '.join(KINDS)}. Received: kind={kind!r}")
     return path

@@ -90,7 +90,7 @@ def fetch_weights(cfg) -> str | None:
 
     variant = variants.find_variant(cfg.model_kwargs())  # as keras_vit.ViT finds it
     try:
-        return weights_files.resolve_path(cfg.weights, None if variant is None else variant.name)[0]
+        return weights_files.resolve(cfg.weights, None if variant is None else variant.name).path
     except ValueError as error:
         raise ModelBuildError(f"cannot build --model={cfg.model} with --weights={cfg.weights}: {error}") from None
     except download.WeightsDownloadError as error:

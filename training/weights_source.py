@@ -14,9 +14,9 @@ import os
 
 def is_own_model(weights) -> bool:
     """Whether `--weights` names a model of one's own: a Keras `.keras` / `.weights.h5` file or a run's workdir."""
-    from keras_vit.checkpoints import own
+    from keras_vit.checkpoints import weights_files
 
-    return bool(weights) and own.is_own(str(weights))
+    return bool(weights) and weights_files.is_own(str(weights))
 
 
 SOURCE_KEY = "weights_source"

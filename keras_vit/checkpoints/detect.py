@@ -7,6 +7,9 @@ safetensors, the tensor names in its header.
     keras_weights   an HDF5 file (`.weights.h5`) saved by Keras
     keras_model     a Keras `.keras` archive (a zip, told from an `.npz` by its name)
 
+Each format's container is checked whole before it is named (a complete zip, an HDF5 file that opens, a `.keras`
+archive holding `model.weights.h5`): a truncated download is said here, with the file's name.
+
 Nothing is unpickled: `.bin`, `.pth`, `.pt` and `.ckpt` files are refused with a hint to convert them.
 
 Example:
@@ -55,6 +58,7 @@ def detect_format(path) -> str:
             f".safetensors file instead. Received: path={path!r}"
         )
     if path.lower().endswith(".keras"):
+        check_keras_archive(path)
         return "keras_model"
     with open(path, "rb") as handle:
         head = handle.read(9)
@@ -83,6 +87,25 @@ def detect_format(path) -> str:
         "Unknown checkpoint format: expected an official .npz, a timm or Hugging Face .safetensors, a Hugging "
         f"Face ViT folder or a Keras .weights.h5. Received: path={path!r}"
     )
+
+
+def check_keras_archive(path: str) -> None:
+    """A `.keras` file must be a complete zip archive holding `model.weights.h5`.
+
+    Raises:
+        ValueError: naming the file and its size, for a truncated or otherwise corrupt archive.
+    """
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = archive.namelist()
+        problem = None if "model.weights.h5" in names else "its zip archive holds no model.weights.h5"
+    except (zipfile.BadZipFile, OSError):
+        problem = "it is not a valid zip/.keras archive (truncated or damaged)"
+    if problem:
+        raise ValueError(
+            f"The .keras file {path!r} ({os.path.getsize(path):,} bytes) is corrupt: {problem}. Save the model "
+            f"again with `model.save(...)` (or copy the file again). Received: path={path!r}"
+        )
 
 
 def _looks_like_safetensors(head: bytes) -> bool:

@@ -10,6 +10,8 @@ keyed by its Keras path (`conv_stem/conv_0/kernel`), so a new option's weights n
 Only one array changes shape on the way: the patch embedding kernel (P, P, C, D) becomes the Dense kernel
 (P*P*C, D) of `patch_encoder.projection` (a C-order reshape, matching the (row, column, channel) order of
 `Patches`). The position embedding may need resampling, which the loader does (`keras_vit.position_embedding`).
+`to_checkpoint` reads a built ViT back into the canonical `Checkpoint`: how one's own file (its model rebuilt by
+`keras_vit.checkpoints.own.open_model`) enters the loader as the published files do.
 
 Example:
     >>> import keras_vit
@@ -17,12 +19,17 @@ Example:
     ...                       mlp_dim=64, classes=5)
     >>> tuple(targets(model)["embedding/kernel"].shape)
     (192, 32)
+    >>> checkpoint = to_checkpoint(model, "own.keras")
+    >>> checkpoint.source, checkpoint.arguments["classes"], checkpoint.params["embedding/kernel"].shape
+    ('keras_vit', 5, (8, 8, 3, 32))
 """
+
+import os
 
 import keras
 
 from keras_vit import model_parts
-from keras_vit.checkpoints.canonical import DISTILLATION_HEAD, DISTILLATION_TOKEN
+from keras_vit.checkpoints.canonical import DISTILLATION_HEAD, DISTILLATION_TOKEN, Checkpoint
 
 RESHAPED_KEYS = ("embedding/kernel",)
 """Keys whose array is reshaped (same element order) to the variable's shape."""
@@ -100,3 +107,23 @@ def targets(model: keras.Model) -> dict:
 
         out.update(resnet_targets(stem))
     return {**out, **own_option_targets(model, out)}
+
+
+def to_checkpoint(model, label) -> Checkpoint:
+    """A keras_vit ViT's weights as a canonical checkpoint (official keys) that carries its `arguments`.
+
+    Raises:
+        ValueError: for a model that is not a ViT (a BiT ResNet transfers through `keras_vit.BiT`).
+    """
+    arguments = model_parts.architecture(model)
+    if arguments is None:
+        raise ValueError(
+            f"{os.fspath(label)!r} holds a {type(model).__name__} ({model.name!r}), not a ViT: load it with the "
+            "constructor of its kind (a BiT ResNet: `keras_vit.BiT(weights=...)` or `BiT_R50x1`). "
+            f"Received: weights={os.fspath(label)!r}")
+    params = {key: variable.numpy() for key, variable in targets(model).items()}
+    size = model_parts.patches(model).patch_size  # the official (P, P, C, D) of the (P*P*C, D) projection
+    kernel = params["embedding/kernel"]
+    params["embedding/kernel"] = kernel.reshape(size, size, kernel.shape[0] // (size * size), kernel.shape[1])
+    return Checkpoint(params, "keras_vit", os.fspath(label), arguments["gelu_approximate"],
+                      arguments["layer_norm_epsilon"], arguments=arguments)

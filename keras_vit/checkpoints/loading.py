@@ -15,9 +15,10 @@ at WARNING, so that Python prints them to stderr even when logging is not config
 the count of loaded arrays at INFO. A raw ImageNet-21k zero head used for inference raises a `UserWarning`.
 
 This module plans, assigns and reports. The steps before it each have their own place: what a `weights` argument
-names and where its file is (`keras_vit.checkpoints.weights_files`), the reader of each format
-(`keras_vit.checkpoints.readers`, formats told by `keras_vit.checkpoints.detect`), and the `ViT` arguments a
-checkpoint implies (`keras_vit.checkpoints.architecture`). The names of the model's layers are those of
+names, where its file is and its format (`keras_vit.checkpoints.weights_files.resolve`, formats told by
+`keras_vit.checkpoints.detect`), the reader of each format (`keras_vit.checkpoints.readers`; one's own files:
+`keras_vit.checkpoints.own`, then `keras_names.to_checkpoint`), and the `ViT` arguments a checkpoint implies
+(`keras_vit.checkpoints.architecture`). The names of the model's layers are those of
 `keras_vit.model_parts`.
 
 Example:
@@ -32,15 +33,8 @@ import warnings
 import numpy as np
 
 from keras_vit import model_parts, variants
-from keras_vit.checkpoints import architecture, keras_names, own, position_embedding, untrusted
+from keras_vit.checkpoints import architecture, keras_names, own, position_embedding, readers, untrusted, weights_files
 from keras_vit.checkpoints.canonical import Checkpoint, LazyArray, check_finite, listing
-from keras_vit.checkpoints.readers import read_checkpoint  # noqa: F401  (public here; tests patch it here)
-from keras_vit.checkpoints.weights_files import (  # noqa: F401  (public here too)
-    check_keras_archive,
-    is_keras_weights,
-    is_path,
-    resolve_path,
-)
 
 log = logging.getLogger("keras_vit")
 
@@ -94,25 +88,6 @@ def adapt_input_channels(kernel, channels: int):
                          f"channels={channels}")
     repeats = -(-channels // source)
     return np.concatenate([kernel] * repeats, axis=2)[:, :, :channels] * (source / channels)
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Opening a checkpoint
-
-
-def open_checkpoint(weights, variant=None, num_heads: int | None = None) -> tuple[Checkpoint, object]:
-    """The canonical checkpoint that `weights` (a published name or a checkpoint path) names, and its table entry.
-
-    Args:
-        weights: a published name (resolved for `variant`, downloaded once) or a checkpoint path.
-        variant: the `keras_vit.variants.Variant` whose file a published name means, or None.
-        num_heads: heads per block, for timm files (which do not store it).
-
-    Returns:
-        (checkpoint, `keras_vit.weights.WeightsEntry` or None for a path).
-    """
-    path, entry = resolve_path(weights, None if variant is None else variant.name)
-    return read_checkpoint(path, num_heads=num_heads), entry
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -319,15 +294,16 @@ def load_weights(model, weights, interpolation: str = "bilinear") -> LoadReport 
         ValueError: unknown name, missing or unreadable file, or weights that do not match the model.
     """
     args = model_parts.architecture(model)
-    if own.is_own(weights):
-        source = own.open_model(weights)
-        if source is None or args is None:
-            return own.load_same_architecture(model, own.model_file(weights))
-        checkpoint = own.to_checkpoint(source, weights)
-        architecture.check_carried(args, checkpoint, label=weights)
-        return load_checkpoint(model, checkpoint, interpolation=interpolation, label=weights)
     # A published name means the file of the model's variant; timm files do not store the head count: both
     # are taken from the model being loaded.
-    variant, num_heads = (None, None) if args is None else (variants.find_variant(args), args["num_heads"])
-    checkpoint, _ = open_checkpoint(weights, variant, num_heads)
+    variant = None if args is None else variants.find_variant(args)
+    source = weights_files.resolve(weights, None if variant is None else variant.name)
+    if source.is_keras:
+        saved = own.open_model(source.path)
+        if saved is None or args is None:
+            return own.load_same_architecture(model, source.path)
+        checkpoint = keras_names.to_checkpoint(saved, weights)
+        architecture.check_carried(args, checkpoint, label=weights)
+    else:
+        checkpoint = readers.read_checkpoint(source.path, None if args is None else args["num_heads"], source.format)
     return load_checkpoint(model, checkpoint, interpolation=interpolation, label=weights)

@@ -3,10 +3,10 @@ model (its `save_weights`, `python -m keras_vit.convert`, the training app) and 
 `model.keras`).
 
 Each carries the arguments of the model that wrote it (the `.keras` config; the `.weights.h5` attribute
-`keras_vit.model_config.MODEL_ATTRIBUTE`). `open_model` rebuilds that model with its weights, strictly, and
-`to_checkpoint` turns a ViT into the canonical `Checkpoint` the loader plans from, so that a new head, another
-resolution or no head follow the same path as the published files, and the numerics (GELU form, LayerNorm
-epsilon) come from the file. `load_same_architecture` is the strict Keras load of a file into a model of the
+`keras_vit.model_config.MODEL_ATTRIBUTE`). `open_model` rebuilds that model with its weights, strictly;
+`keras_vit.checkpoints.keras_names.to_checkpoint` turns it into the canonical `Checkpoint` the loader plans from, so
+that a new head, another resolution or no head follow the same path as the published files, and the numerics (GELU
+form, LayerNorm epsilon) come from the file. `load_same_architecture` is the strict Keras load of a file into a model of the
 very architecture it was saved from (the fallback for Keras files that carry no keras_vit arguments).
 
 Example:
@@ -14,9 +14,8 @@ Example:
     >>> model = keras_vit.ViT(image_size=32, patch_size=8, hidden_size=32, num_layers=1, num_heads=2,
     ...                       mlp_dim=64, classes=3)
     >>> model.save_weights("/tmp/own.weights.h5")
-    >>> checkpoint = to_checkpoint(open_model("/tmp/own.weights.h5"), "/tmp/own.weights.h5")
-    >>> checkpoint.source, checkpoint.arguments["classes"], checkpoint.params["head/kernel"].shape
-    ('keras_vit', 3, (32, 3))
+    >>> open_model("/tmp/own.weights.h5").arguments["classes"]
+    3
 """
 
 import contextlib
@@ -27,18 +26,13 @@ import zipfile
 
 import numpy as np
 
-from keras_vit import model_config, model_parts
-from keras_vit.checkpoints import keras_names, untrusted
+from keras_vit import model_config
+from keras_vit.checkpoints import untrusted
 from keras_vit.checkpoints.runs import RUN_MODEL, is_run, model_file  # noqa: F401  (public here too)
-from keras_vit.checkpoints.canonical import Checkpoint, check_finite
-from keras_vit.checkpoints.weights_files import check_keras_archive, is_keras_weights, is_path
+from keras_vit.checkpoints.canonical import check_finite
+from keras_vit.checkpoints.detect import check_keras_archive
 
 log = logging.getLogger("keras_vit")
-
-def is_own(weights) -> bool:
-    """Whether `weights` is a Keras `.keras` / `.weights.h5` path or a training run's workdir."""
-    return weights is not None and ((is_path(weights) and is_keras_weights(weights)) or is_run(weights))
-
 
 @contextlib.contextmanager
 def _h5_file(path: str):
@@ -97,7 +91,7 @@ def open_model(weights):
     """
     import keras
 
-    path = model_file(weights)
+    path = untrusted.check_regular_file(model_file(weights))
     config = _carried_config(path)
     if config is None or str(config.get("registered_name", "")).split(">")[0] != "keras_vit":
         return None
@@ -122,8 +116,9 @@ def load_keras_model(path: str):
     Raises:
         ValueError: a missing or corrupt file, or a class no imported module registered with Keras.
     """
-    if not os.path.exists(path):
+    if not os.path.lexists(path):
         raise ValueError(f"The model file does not exist. Received: {path!r}")
+    untrusted.check_regular_file(path)
     return _load_keras(path, _carried_config(path))
 
 
@@ -154,26 +149,6 @@ def _registered_classes(path: str):
             "registered with Keras. keras_vit's own layers are registered by `import keras_vit`; a custom layer "
             "or function of your own must be decorated with `@keras.saving.register_keras_serializable()` and its "
             f"module imported before loading. Received: {path!r}") from None
-
-
-def to_checkpoint(model, label) -> Checkpoint:
-    """A keras_vit ViT's weights as a canonical checkpoint (official keys) that carries its `arguments`.
-
-    Raises:
-        ValueError: for a model that is not a ViT (a BiT ResNet transfers through `keras_vit.BiT`).
-    """
-    arguments = model_parts.architecture(model)
-    if arguments is None:
-        raise ValueError(
-            f"{os.fspath(label)!r} holds a {type(model).__name__} ({model.name!r}), not a ViT: load it with the "
-            "constructor of its kind (a BiT ResNet: `keras_vit.BiT(weights=...)` or `BiT_R50x1`). "
-            f"Received: weights={os.fspath(label)!r}")
-    params = {key: variable.numpy() for key, variable in keras_names.targets(model).items()}
-    size = model_parts.patches(model).patch_size  # the official (P, P, C, D) of the (P*P*C, D) projection
-    kernel = params["embedding/kernel"]
-    params["embedding/kernel"] = kernel.reshape(size, size, kernel.shape[0] // (size * size), kernel.shape[1])
-    return Checkpoint(params, "keras_vit", os.fspath(label), arguments["gelu_approximate"],
-                      arguments["layer_norm_epsilon"], arguments=arguments)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -212,8 +187,9 @@ def load_same_architecture(model, path: str) -> None:
     Raises:
         ValueError: naming the file and what does not match.
     """
-    if not os.path.exists(path):
+    if not os.path.lexists(path):
         raise ValueError(f"The weights file does not exist. Received: weights={path!r}")
+    untrusted.check_regular_file(path)
     if path.lower().endswith(".keras"):
         check_keras_archive(path)
     elif not path.endswith(".weights.h5"):

@@ -44,24 +44,22 @@ READERS = {"official_npz": _read_npz, "timm": _read_timm, "huggingface": _read_h
 """Format (`detect_format`) -> reader(path, num_heads) -> `Checkpoint`."""
 
 
-def read_checkpoint(path, num_heads: int | None = None) -> Checkpoint:
+def read_checkpoint(path, num_heads: int | None = None, file_format: str | None = None) -> Checkpoint:
     """Reads any supported checkpoint file or folder into the canonical (official) layout.
 
     Args:
         path: an official `.npz`, a timm `.safetensors`, a Hugging Face folder or `model.safetensors`.
         num_heads: heads per block, for timm files (which do not store it); inferred from the width if None.
+        file_format: the format `detect_format` told already (`keras_vit.checkpoints.weights_files.resolve`);
+            None: told here.
 
     Raises:
         ValueError: an unknown, pickle-based, truncated or corrupt file, or a Keras `.weights.h5` / `.keras`.
     """
     path = os.fspath(path)
-    kind = detect_format(path)
+    kind = detect_format(path) if file_format is None else file_format
     if kind in READERS:
         return READERS[kind](path, num_heads)
-    if kind == "keras_model":
-        from keras_vit.checkpoints.weights_files import check_keras_archive
-
-        check_keras_archive(path)
     raise ValueError(
         "A Keras .weights.h5 or .keras file holds no checkpoint to read; build the model and pass the file as "
         f"`weights=` (or use `model.load_weights`). Received: path={path!r}"

@@ -1,20 +1,26 @@
-"""What a `weights` argument names, and where its file is: a published name (downloaded once into the Keras
-cache through `keras_vit.download`), a checkpoint path, or a Keras `.weights.h5` / `.keras` path.
+"""What a `weights` argument names, where its file is and what format it holds: a published name (downloaded once
+into the Keras cache through `keras_vit.download`), a checkpoint path, a Keras `.weights.h5` / `.keras` path, or a
+training run's folder (its `model.keras`).
 
-`keras_vit.weights` is the table of published files; this module turns a `weights` argument into a local path
-(and its table entry), so that `keras_vit.ViT`, `keras_vit.loading.load_weights`, the converter and the CLIs
-answer the same question the same way.
+`keras_vit.weights` is the table of published files; `resolve` turns a `weights` argument into a `WeightsSource`
+(the local path, its format told by `keras_vit.checkpoints.detect`, its table entry), so that `keras_vit.ViT`,
+`keras_vit.loading.load_weights`, the converter and the CLIs answer the same question the same way, in one call.
 
 Example:
     >>> is_path("imagenet21k"), is_path("./imagenet21k"), is_keras_weights("model.weights.h5")
     (False, True, True)
+    >>> import numpy as np, os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "ViT-B_16.npz")
+    >>> np.savez(path, cls=np.zeros((1, 1, 8), "float32"))
+    >>> resolve(path, None).format
+    'official_npz'
 """
 
+import dataclasses
 import os
-import zipfile
 
-from keras_vit.checkpoints import download
 from keras_vit import weights as weights_table
+from keras_vit.checkpoints import detect, download, runs, untrusted
 
 FILE_SUFFIXES = (".npz", ".h5", ".keras", ".safetensors", ".json", ".bin", ".pth", ".pt", ".ckpt")
 """Endings that make a string a path rather than a published name."""
@@ -56,47 +62,60 @@ def is_keras_weights(weights) -> bool:
     return weights is not None and is_path(weights) and os.fspath(weights).lower().endswith(KERAS_SUFFIXES)
 
 
-def check_keras_archive(path: str) -> None:
-    """A `.keras` file must be a complete zip archive holding `model.weights.h5`.
-
-    Raises:
-        ValueError: naming the file and its size, for a truncated or otherwise corrupt archive.
-    """
-    try:
-        with zipfile.ZipFile(path) as archive:
-            names = archive.namelist()
-        problem = None if "model.weights.h5" in names else "its zip archive holds no model.weights.h5"
-    except (zipfile.BadZipFile, OSError):
-        problem = "it is not a valid zip/.keras archive (truncated or damaged)"
-    if problem:
-        raise ValueError(
-            f"The .keras file {path!r} ({os.path.getsize(path):,} bytes) is corrupt: {problem}. Save the model "
-            f"again with `model.save(...)` (or copy the file again). Received: path={path!r}"
-        )
+def is_own(weights) -> bool:
+    """Whether `weights` is a Keras `.keras` / `.weights.h5` path or a training run's workdir."""
+    return weights is not None and ((is_path(weights) and is_keras_weights(weights)) or runs.is_run(weights))
 
 
-def resolve_path(weights, variant: str | None) -> tuple[str, "weights_table.WeightsEntry | None"]:
-    """The local path for `weights` (downloading a published name into the Keras cache) and its table entry.
+KERAS_FORMATS = ("keras_weights", "keras_model")
+"""The `detect.FORMATS` of Keras files: a keras_vit model's own (`keras_vit.checkpoints.own`), or another model's."""
+
+
+@dataclasses.dataclass(frozen=True)
+class WeightsSource:
+    """A `weights` argument resolved (`resolve`): what to open and how."""
+
+    path: str
+    """The local file or folder: a download in the Keras cache, the path given, or a run's `model.keras`."""
+    format: str
+    """One of `keras_vit.checkpoints.detect.FORMATS`."""
+    entry: "weights_table.WeightsEntry | None" = None
+    """The table entry of a published name; None for a path."""
+
+    @property
+    def is_keras(self) -> bool:
+        """A Keras file (`.keras`, `.weights.h5`): one's own model (`own.open_model`), not a checkpoint to read."""
+        return self.format in KERAS_FORMATS
+
+
+def resolve(weights, variant: str | None) -> WeightsSource:
+    """The local file `weights` names (downloading a published name into the Keras cache), its format and its
+    table entry.
 
     Args:
-        weights: a published name or a path.
+        weights: a published name, a path, or a training run's folder.
         variant: the variant table key (`"B16"`) whose file a published name means; None when unknown.
 
     Raises:
-        ValueError: an unknown name (listing the known ones) or a path that does not exist.
+        ValueError: an unknown name (listing the known ones), a path that does not exist, an unfinished or running
+            run, or a file of no known format (`detect.detect_format`).
         keras_vit.WeightsDownloadError: a published file that cannot be downloaded (an `OSError`).
     """
-    if is_path(weights):
+    entry = None
+    if runs.is_run(weights):
+        path = untrusted.check_regular_file(runs.model_file(weights))  # a run's model file is never a folder
+    elif is_path(weights):
         path = os.fspath(weights)
-        if not os.path.exists(path):
+        if not os.path.lexists(path):
             raise ValueError(f"The weights file does not exist. Received: weights={weights!r}")
-        return path, None
-    if not weights_table.is_name(weights):
+    elif not weights_table.is_name(weights):
         raise ValueError(
             f"Unknown weights name. Received: weights={weights!r}. Known names: "
             f"{', '.join(repr(n) for n in weights_table.all_names())} (not every variant has every one), "
             f"{weights_table.IMAGENET_ALIAS!r} (each variant's best ImageNet-1k fine-tune), "
             "None, or the path to a .npz, .safetensors, Hugging Face folder or .weights.h5 file."
         )
-    entry = weights_table.get_entry(variant, weights)
-    return download.fetch(entry), entry
+    else:
+        entry = weights_table.get_entry(variant, weights)
+        path = download.fetch(entry)
+    return WeightsSource(path, detect.detect_format(path), entry)
