@@ -51,6 +51,9 @@ CEILINGS = (
     ("ONNX Runtime int8", "serving", "int8", {"task": "int8_matmul", "engine": "onnxruntime"}),
     ("OpenVINO int8", "serving", "int8", {"task": "int8_matmul", "engine": "openvino"}),
 )
+FLOOR = "tensorflow/matmul-floor/bfloat16"
+"""The row of the model's matrix products alone in TensorFlow bf16 (`runner_matmul.py` task "floor"): no model
+on TensorFlow's kernels, a SavedModel included, runs faster, so it bounds what a SavedModel goal can reach."""
 CEILING_OF = {"float32": "float32", "bfloat16": "bfloat16", "dynamic int8": "int8", "int8": "int8"}
 
 
@@ -146,6 +149,9 @@ class Run:
             spec = {"runner": "serving", "task": "serve", "path": path, "file": file,
                     "image_size": self.arch["image_size"], **common}
             timed.append((path, PATHS[path][0], PATHS[path][1], spec, None))
+        if any(path.startswith("savedmodel/") for path in files):  # what TensorFlow's kernels allow a SavedModel
+            spec = {"runner": "matmul", "task": "floor", "dtype": "bfloat16", "jit": False, "arch": self.arch, **common}
+            timed.append((FLOOR, "TensorFlow", "bfloat16", spec, None))
         if "timm" in peers:
             for dtype in ("float32", "bfloat16"):
                 spec = {"runner": "timm", "task": "infer", "dtype": dtype, "arch": self.arch, **common}
@@ -237,8 +243,10 @@ def tables(rows, ceilings, accuracy, gflop_per_image):
         lines.append("| int8 | int8 | - | no int8 matmul measured cleanly in this run |")
     lines.append(f"\n{gflop_per_image:.3g} GFLOP per image (matrix products, flops.py). `x OV bf16`: OpenVINO bf16's "
                  "time over the row's (> 1: faster). `% GEMM ceiling`: batch-16 GFLOP/s over the best n x n matmul of "
-                 "the row's precision in this run (dynamic int8 against int8). timm: its own random weights, bf16 "
-                 "by CPU autocast. Agreement: share of test images whose top-1 is the float32 Keras model's.")
+                 f"the row's precision in this run (dynamic int8 against int8). `{FLOOR}`: ViT's matrix products "
+                 "alone (no LayerNorm, softmax, GELU, casts), the most a SavedModel can reach on TensorFlow's bf16 "
+                 "kernels. timm: its own random weights, bf16 by CPU autocast. Agreement: share of test images whose "
+                 "top-1 is the float32 Keras model's.")
     return "\n".join(lines)
 
 

@@ -364,6 +364,8 @@ def test_serving_paths_quick_run(tmp_path):
         assert rows[path]["b1"]["median_s"] > 0 and rows[path]["b16"]["items_per_s"] > 0, rows.get(path)
         assert rows[path]["gflops"] > 0 and rows[path]["ceiling_share"] > 0 and path in done.stdout
     assert {"float32", "bfloat16", "int8"} <= set(document["ceilings_gflops"])
+    floor = rows["tensorflow/matmul-floor/bfloat16"]  # the model's products alone: what bounds a SavedModel
+    assert floor["b1"]["median_s"] > 0 and floor["b16"]["items_per_s"] > 0 and floor["ceiling_share"] > 0
     assert document["host"]["cpu_model"] and "steal_share" in document["host"] and not document["peers"]
     assert "- command: `benchmarks/serving_paths.py --quick" in (tmp_path / "SERVING.md").read_text()
     if fashion:

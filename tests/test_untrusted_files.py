@@ -139,6 +139,30 @@ def test_a_run_whose_model_is_not_a_regular_file_is_named(tmp_path, kind):
         keras_vit.ViT(weights=str(run))
 
 
+@pytest.mark.parametrize("name", ["renamed.weights.h5", "folder.keras"])
+def test_a_keras_named_path_is_opened_as_keras_whatever_it_holds(tmp_path, name):
+    """A file is one's own by its name, as Keras saves it: a zip renamed `.weights.h5` is a corrupt weights file, not
+    an `.npz` read in its place, and a folder named `.keras` is a folder, not a Hugging Face model."""
+    path = tmp_path / name
+    if name.endswith(".keras"):
+        path.mkdir()
+    else:
+        np.savez(path, cls=np.zeros((1, 1, 8), "float32"))
+        os.replace(str(path) + ".npz", path)
+    expected = "is a folder, not a regular file" if name.endswith(".keras") else "truncated or corrupt"
+    with pytest.raises(ValueError, match=expected):
+        keras_vit.ViT(weights=str(path))
+
+
+def test_a_fine_tune_source_replaced_by_a_fifo_is_gone_not_read(tmp_path):
+    """A resume asks whether its source changed: a FIFO in its place is never opened (that would wait forever)."""
+    from training import weights_source
+
+    fifo = tmp_path / "source.keras"
+    os.mkfifo(fifo)
+    assert weights_source._source_file(str(fifo)) is None
+
+
 def test_a_device_given_as_a_checkpoint_is_named():
     with pytest.raises(ValueError, match="'/dev/null' is a device, not a regular file"):
         keras_vit.ViT(weights="/dev/null")

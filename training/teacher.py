@@ -24,12 +24,12 @@ def teacher_sha256(teacher) -> str | None:
     """
     if teacher is None:
         return None
-    from keras_vit.checkpoints import own
+    from keras_vit.checkpoints import own, untrusted
 
     from training.weights_source import sha256
 
     try:
-        path = own.model_file(str(teacher))
+        path = untrusted.check_regular_file(own.model_file(str(teacher)))
     except ValueError as error:
         raise TeacherError(f"--teacher={teacher}: {error}") from None
     if not os.path.isfile(path):

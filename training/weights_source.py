@@ -26,10 +26,10 @@ so that the same command resumes from the run's own checkpoints whatever happene
 
 def _source_file(weights):
     """(path, size, mtime_ns) of the model file `weights` names now (a run's `model.keras`), or None: gone."""
-    from keras_vit.checkpoints import own
+    from keras_vit.checkpoints import own, untrusted
 
     try:
-        path = own.model_file(weights)
+        path = untrusted.check_regular_file(own.model_file(weights))
         stat = os.stat(path)
     except (OSError, ValueError):
         return None

@@ -67,10 +67,6 @@ def is_own(weights) -> bool:
     return weights is not None and ((is_path(weights) and is_keras_weights(weights)) or runs.is_run(weights))
 
 
-KERAS_FORMATS = ("keras_weights", "keras_model")
-"""The `detect.FORMATS` of Keras files: a keras_vit model's own (`keras_vit.checkpoints.own`), or another model's."""
-
-
 @dataclasses.dataclass(frozen=True)
 class WeightsSource:
     """A `weights` argument resolved (`resolve`): what to open and how."""
@@ -84,8 +80,9 @@ class WeightsSource:
 
     @property
     def is_keras(self) -> bool:
-        """A Keras file (`.keras`, `.weights.h5`): one's own model (`own.open_model`), not a checkpoint to read."""
-        return self.format in KERAS_FORMATS
+        """A Keras file by its name (`.keras`, `.weights.h5`, as Keras saves them): one's own model
+        (`own.open_model`), not a checkpoint to read. An HDF5 file of another name is refused by the readers."""
+        return is_keras_weights(self.path)
 
 
 def resolve(weights, variant: str | None) -> WeightsSource:
@@ -118,4 +115,7 @@ def resolve(weights, variant: str | None) -> WeightsSource:
     else:
         entry = weights_table.get_entry(variant, weights)
         path = download.fetch(entry)
+    if is_keras_weights(path):  # named as Keras saves it: the Keras loaders open it (`own`), and say what is wrong
+        untrusted.check_regular_file(path)
+        return WeightsSource(path, "keras_model" if path.lower().endswith(".keras") else "keras_weights", entry)
     return WeightsSource(path, detect.detect_format(path), entry)
