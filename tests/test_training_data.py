@@ -117,6 +117,17 @@ def test_folder_loader_reads_labels_from_directories_and_finds_the_eval_split(tm
     assert next(iter(train))[0].shape == (4, 8, 8, 3)
 
 
+def test_a_folder_larger_than_the_shuffle_buffer_is_shuffled_whole(tmp_path):
+    """A folder lists its files class by class: a shuffle buffer smaller than the split would give batches of the
+    first class or two (every epoch), so a folder's file names are shuffled whole whatever the buffer."""
+    _write_folder(tmp_path, splits=("train",), per_class=8, size=(4, 4))  # 24 files: blue, then green, then red
+    train, _ = data.make_dataset(f"folder:{tmp_path}", "train", image_size=4, batch_size=6, training=True,
+                                 shuffle_buffer=2, crop="none", flip=False)
+    first_epoch = np.concatenate([labels.numpy() for _, labels in train.take(4)])
+    assert np.bincount(first_epoch, minlength=3).tolist() == [8, 8, 8]  # one epoch: each file once
+    assert len(set(first_epoch[:6].tolist())) >= 2 and 2 in first_epoch[:12]  # a buffer of 2 would give 0s first
+
+
 def test_the_training_stream_never_ends_and_steps_per_epoch_counts_its_full_batches(tmp_path):
     _write_folder(tmp_path, per_class=3)  # 9 images in each split
     name = f"folder:{tmp_path}"

@@ -38,6 +38,10 @@ class Source:
     num_examples: int
     num_classes: int
     class_names: tuple[str, ...]
+    shuffle_whole: bool = False
+    """The elements are file names, listed class by class: each training epoch is shuffled whole (a few bytes an
+    element), whatever the shuffle buffer; a buffer smaller than the split would give batches of one or two
+    classes at a time."""
 
 
 def identity_decode(image):

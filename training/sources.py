@@ -362,4 +362,4 @@ def _folder_source(root: str, split: str, skip_files: frozenset = frozenset()) -
     # The file system's bytes, not text: a file name that is not UTF-8 is read as it is.
     encoded = np.array([os.fsencode(path) for path in paths], dtype=object)
     elements = tf.data.Dataset.from_tensor_slices((encoded, np.asarray(labels, np.int32)))
-    return Source(elements, decode_file, len(paths), len(class_names), class_names)
+    return Source(elements, decode_file, len(paths), len(class_names), class_names, shuffle_whole=True)
