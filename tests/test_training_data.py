@@ -126,6 +126,10 @@ def test_a_folder_larger_than_the_shuffle_buffer_is_shuffled_whole(tmp_path):
     first_epoch = np.concatenate([labels.numpy() for _, labels in train.take(4)])
     assert np.bincount(first_epoch, minlength=3).tolist() == [8, 8, 8]  # one epoch: each file once
     assert len(set(first_epoch[:6].tolist())) >= 2 and 2 in first_epoch[:12]  # a buffer of 2 would give 0s first
+    ordered, _ = data.make_dataset(f"folder:{tmp_path}", "train", image_size=4, batch_size=6, training=True,
+                                   shuffle_buffer=1, crop="none", flip=False)
+    listing = np.concatenate([labels.numpy() for _, labels in ordered.take(4)])
+    assert listing.tolist() == [0] * 8 + [1] * 8 + [2] * 8  # a buffer of 1: no shuffling, the listing's order
 
 
 def test_the_training_stream_never_ends_and_steps_per_epoch_counts_its_full_batches(tmp_path):

@@ -165,8 +165,8 @@ class Config:
         "keras", "Library of the RandAugment, Mixup and CutMix layers: keras (Keras core) or keras_cv (pip install "
         '"keras-vit-applications[keras-cv]").', enum_values=list(AUGMENT_LIBRARIES))
     shuffle_buffer: int = _field(
-        10_000, "Shuffle buffer in examples of a tensorflow-datasets split (a folder dataset's file list is shuffled "
-        "whole each epoch).")
+        10_000, "Shuffle buffer in examples of a tensorflow-datasets split; 1 does not shuffle (a folder dataset's file "
+        "list is otherwise shuffled whole each epoch).")
     # Optimisation.
     steps: int | None = _field(None, "Training steps (replaces --epochs).", resume="optimisation")
     epochs: float | None = _field(None, "Training epochs (replaces --steps).", resume="optimisation")

@@ -75,7 +75,8 @@ def make_dataset(
         crop: `"inception"` (random-resized crop) or `"none"` (resize only) for training.
         crop_min_area: smallest crop area as a fraction of the image (0.05 in the official code).
         flip: random horizontal flips while training.
-        shuffle_buffer: shuffle buffer size in elements (a folder's file names are shuffled whole each epoch).
+        shuffle_buffer: shuffle buffer size in elements; 1 does not shuffle. A folder's file names are shuffled
+            whole each epoch for any other value.
         start_index: number of training elements (of this pipeline) already consumed: resume point.
         input_context: shards the data across input pipelines (workers) under `tf.distribute`.
         batch_transform: optional `fn(images, labels, batch_index) -> (images, labels)` applied to each
@@ -97,7 +98,8 @@ def make_dataset(
         num_examples = len(range(pipeline_id, num_examples, pipelines))
     size = (image_size, image_size)
     if training:
-        ds = _epochs_from(ds, num_examples, seed, num_examples if source.shuffle_whole else shuffle_buffer, start_index)
+        whole = source.shuffle_whole and shuffle_buffer > 1  # a buffer of 1: no shuffling, the listing's order
+        ds = _epochs_from(ds, num_examples, seed, num_examples if whole else shuffle_buffer, start_index)
 
         def prepare(index, element):
             image, label = element

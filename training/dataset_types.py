@@ -40,8 +40,8 @@ class Source:
     class_names: tuple[str, ...]
     shuffle_whole: bool = False
     """The elements are file names, listed class by class: each training epoch is shuffled whole (a few bytes an
-    element), whatever the shuffle buffer; a buffer smaller than the split would give batches of one or two
-    classes at a time."""
+    element) whatever the shuffle buffer, but 1 (no shuffling); a buffer smaller than the split would give batches
+    of one or two classes at a time."""
 
 
 def identity_decode(image):
