@@ -8,8 +8,6 @@ Example:
 
 from __future__ import annotations
 
-import os
-
 
 class TeacherError(ValueError):
     """A `--teacher` the run cannot use: the message names the file and the problem (exit status 2)."""
@@ -20,7 +18,7 @@ def teacher_sha256(teacher) -> str | None:
     that a resume with another teacher is refused unless `--resume_with_changes`; None without a teacher.
 
     Raises:
-        TeacherError: the path names no model file.
+        TeacherError: the path names no model file (missing, a run not finished, not a regular file).
     """
     if teacher is None:
         return None
@@ -32,9 +30,6 @@ def teacher_sha256(teacher) -> str | None:
         path = untrusted.check_regular_file(own.model_file(str(teacher)))
     except ValueError as error:
         raise TeacherError(f"--teacher={teacher}: {error}") from None
-    if not os.path.isfile(path):
-        raise TeacherError(f"--teacher={teacher} names no model file ({path} does not exist): train the teacher "
-                           f"first, or pass its model.keras.")
     return sha256(path)
 
 

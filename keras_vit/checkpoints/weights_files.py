@@ -64,7 +64,7 @@ def is_keras_weights(weights) -> bool:
 
 def is_own(weights) -> bool:
     """Whether `weights` is a Keras `.keras` / `.weights.h5` path or a training run's workdir."""
-    return weights is not None and ((is_path(weights) and is_keras_weights(weights)) or runs.is_run(weights))
+    return is_keras_weights(weights) or runs.is_run(weights)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,7 +100,7 @@ def resolve(weights, variant: str | None) -> WeightsSource:
     """
     entry = None
     if runs.is_run(weights):
-        path = untrusted.check_regular_file(runs.model_file(weights))  # a run's model file is never a folder
+        path = runs.model_file(weights)  # its `model.keras`: checked below as every Keras-named file
     elif is_path(weights):
         path = os.fspath(weights)
         if not os.path.lexists(path):
