@@ -26,6 +26,7 @@ import measure
 PATHS = {
     "savedmodel/float32": ("SavedModel", "float32"),
     "savedmodel/bfloat16": ("SavedModel", "bfloat16"),
+    "savedmodel/bfloat16-variables": ("SavedModel", "bfloat16"),  # freeze_weights=False: weights as variables
     "tflite/float32": ("TFLite", "float32"),
     "tflite/dynamic_int8": ("TFLite", "dynamic int8"),
     "onnxruntime/float32": ("ONNX Runtime", "float32"),
@@ -147,8 +148,10 @@ def _export(spec):
         target, start = export_file(exports, path), time.perf_counter()
         try:
             kind, precision = path.split("/")
+            precision, _, variant = precision.partition("-")
             if kind == "savedmodel":
-                target = export.export_saved_model(model, target, version=1, precision=precision, overwrite=True)
+                target = export.export_saved_model(model, target, version=1, precision=precision, overwrite=True,
+                                                   freeze_weights=variant != "variables")
             elif kind == "tflite":
                 export.export_tflite(model, target, quantize=None if precision == "float32" else precision,
                                      overwrite=True)

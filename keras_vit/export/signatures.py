@@ -20,6 +20,7 @@ import tensorflow as tf
 
 from keras_vit import model_parts, preprocessing as vit_preprocessing
 from keras_vit.export import decode
+from keras_vit.export import frozen as frozen_module
 from keras_vit.export.limits import Limits
 
 PREPROCESSING = ("auto", "vit", "none")
@@ -93,13 +94,16 @@ def label_table(labels_asset: tf.saved_model.Asset) -> tf.lookup.StaticHashTable
     return tf.lookup.StaticHashTable(initializer, default_value="")
 
 
-def pixels_to_outputs(model, spec: ModelSpec, jit_compile: bool = False):
+def pixels_to_outputs(model, spec: ModelSpec, jit_compile: bool = False, frozen: bool = False):
     """A function float32 [B, H, W, 3] in 0..255 -> the model's float32 output, preprocessing included.
 
-    With `jit_compile`, the model's forward pass is an XLA-compiled inner `tf.function`; on the CPUs
-    measured it was slower than the plain graph (benchmarks/README.md), hence off by default.
+    With `frozen`, the model's weights are constants of its graph (`keras_vit.export.frozen`). With
+    `jit_compile`, the model's forward pass is an XLA-compiled inner `tf.function`; on the CPUs measured it
+    was slower than the plain graph (benchmarks/README.md), hence off by default.
     """
     forward = lambda images: model(images, training=False)  # noqa: E731
+    if frozen:
+        forward = frozen_module.frozen_forward(forward, spec.height, spec.width)
     if jit_compile:
         forward = tf.function(forward, jit_compile=True)
 
@@ -134,8 +138,8 @@ def check_pixels(images, spec: ModelSpec, limits: Limits) -> list:
 class Signatures:
     """The signature functions of one model; `module()` puts them on a `tf.Module` with what they use.
 
-    The module holds the model's variables, the label table and its asset, and the `tf.function`s, not
-    the Keras model itself: what is saved is plain TensorFlow, loadable without Keras.
+    The module holds the model's variables (none when `frozen`), the label table and its asset, and the
+    `tf.function`s, not the Keras model itself: what is saved is plain TensorFlow, loadable without Keras.
 
     Args:
         model: a built Keras model (TensorFlow backend).
@@ -144,15 +148,16 @@ class Signatures:
         top_k: classes returned by `serving_default`.
         limits: the request limits (`Limits`): pixels, decoding work and images per request.
         jit_compile: compile the model's forward pass with XLA.
+        frozen: put the model's weights into the graphs as constants (`keras_vit.export.frozen`).
     """
 
-    def __init__(self, model, spec, labels_asset, top_k, limits: Limits, jit_compile=False):
+    def __init__(self, model, spec, labels_asset, top_k, limits: Limits, jit_compile=False, frozen=False):
         self._spec = spec
         self._top_k = min(top_k, spec.classes) if spec.classes else None
         self._limits = limits
         self._labels_asset = labels_asset
         self._table = label_table(labels_asset) if spec.classes is not None else None
-        self._model_outputs = pixels_to_outputs(model, spec, jit_compile)
+        self._model_outputs = pixels_to_outputs(model, spec, jit_compile, frozen)
 
     def _check_pixels(self, images):
         return check_pixels(images, self._spec, self._limits)
