@@ -11,6 +11,7 @@
 import keras
 from keras import ops
 
+from keras_vit.layers.layer_norm import LayerNorm
 from keras_vit.layers.patches import Patches, check_image_size
 
 
@@ -119,7 +120,7 @@ class ShiftedPatches(keras.layers.Layer):
         self.epsilon = epsilon
         self.flatten = bool(flatten)
         self.patches = Patches(patch_size, flatten=self.flatten, dtype=self.dtype_policy)
-        self.norm = keras.layers.LayerNormalization(epsilon=epsilon, name="norm", dtype=self.dtype_policy)
+        self.norm = LayerNorm(epsilon=epsilon, name="norm", dtype=self.dtype_policy)
 
     def build(self, input_shape):
         self.norm.build((None, None, self.patch_size * self.patch_size * 5 * input_shape[-1]))
