@@ -9,6 +9,8 @@ Usage:
     python benchmarks/profile_ops.py                          # ViT-B/16, float32, batch 16
     python benchmarks/profile_ops.py --dtype bfloat16 --batch 1 --top 30
     python benchmarks/profile_ops.py --dtype bfloat16 --bf16-weights   # the "bfloat16" policy (bf16 variables)
+    python benchmarks/profile_ops.py --dtype bfloat16 --bf16-weights --frozen   # as the SavedModel export runs it
+    python benchmarks/profile_ops.py --dtype bfloat16 --bf16-weights --frozen --keras-layer-norm   # A/B of LayerNorm
 """
 
 import argparse
@@ -61,10 +63,17 @@ def main(argv=None):
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--top", type=int, default=15)
+    parser.add_argument("--calls", type=int, default=1, help="untraced calls timed (their median is printed)")
     parser.add_argument("--bf16-weights", action="store_true",
                         help="with --dtype bfloat16: build under the 'bfloat16' policy (weights stored in bf16, as "
                              "the bfloat16 SavedModel export) instead of 'mixed_bfloat16'")
     parser.add_argument("--parallel", action="store_true", help="keep TensorFlow's default inter-op threads")
+    parser.add_argument("--frozen", action="store_true",
+                        help="the weights as graph constants, as the SavedModel export writes them "
+                             "(keras_vit.export.frozen)")
+    parser.add_argument("--keras-layer-norm", action="store_true",
+                        help="run keras_vit's LayerNorm layers with Keras' own LayerNormalization op (the A/B of "
+                             "keras_vit.layers.LayerNorm)")
     args = parser.parse_args(argv)
 
     import keras
@@ -78,17 +87,28 @@ def main(argv=None):
         parser.error("--bf16-weights needs --dtype bfloat16")
     policy = ("bfloat16" if args.bf16_weights else "mixed_bfloat16") if args.dtype == "bfloat16" else "float32"
     keras.config.set_dtype_policy(policy)
+    if args.keras_layer_norm:
+        from keras_vit.layers import LayerNorm
+
+        LayerNorm.call = keras.layers.LayerNormalization.call
     arch = cases.ARCHS[args.arch]
     model = keras_vit.ViT(classifier_activation=None, **arch)
     forward = tf.function(lambda x: model(x, training=False))
     size = arch["image_size"]
+    if args.frozen:
+        from keras_vit.export import frozen
+
+        forward = tf.function(frozen.frozen_forward(forward, size, size))
     x = tf.constant(np.random.default_rng(0).uniform(-1, 1, (args.batch, size, size, 3)).astype("float32"))
     forward(x).numpy()
-    start = time.perf_counter()
-    forward(x).numpy()
-    print(f"{args.arch} {args.dtype} (policy {policy}) batch {args.batch}: "
-          f"{1000 * (time.perf_counter() - start):.0f} ms per call "
-          f"(untraced)")
+    seconds = []
+    for _ in range(args.calls):
+        start = time.perf_counter()
+        forward(x).numpy()
+        seconds.append(time.perf_counter() - start)
+    print(f"{args.arch} {args.dtype} (policy {policy}{', frozen' if args.frozen else ''}"
+          f"{', Keras LayerNorm' if args.keras_layer_norm else ''}) batch {args.batch}: "
+          f"{1000 * float(np.median(seconds)):.0f} ms per call (median of {args.calls}, untraced)")
     with tempfile.TemporaryDirectory() as trace_dir:
         tf.profiler.experimental.start(trace_dir)
         forward(x).numpy()

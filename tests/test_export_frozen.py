@@ -72,3 +72,12 @@ def test_cli_refuses_freeze_weights_for_other_formats(tmp_path, capsys):
                    "--freeze_weights=false"])
     assert status != 0
     assert "--freeze_weights is for --format=saved_model" in capsys.readouterr().err
+
+
+@pytest.mark.e2e
+def test_frozen_weights_under_xla_compute_the_model(tmp_path):
+    model = tiny_vit(classifier_activation=None)
+    path = export_saved_model(model, tmp_path / "xla", jit_compile=True)
+    pixels = np.stack([random_image((SIZE, SIZE, 3), seed) for seed in range(3)]).astype("float32")
+    served = tf.saved_model.load(path).signatures["predict_images"](images=tf.constant(pixels))["logits"]
+    np.testing.assert_allclose(served, model(pixels / 127.5 - 1.0), atol=1e-4)
