@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 from bomb_fixtures import gif_of_extension_bytes, png_inflate_bomb, progressive_jpeg
-from export_fixtures import SIZE, encode, random_image, tiny_vit
+from export_fixtures import SIZE, TINY, encode, random_image, tiny_vit
 from keras_vit import model_parts
 from keras_vit.export import export_saved_model
 from keras_vit.export.__main__ import main
@@ -73,12 +73,15 @@ def test_signatures_are_those_of_the_float32_export(exports):
 
 @pytest.mark.e2e  # moved from the default tier (its time budget: the two exports take ~7 s)
 def test_weights_and_matmuls_are_bfloat16(exports):
-    dtypes = {v.name.split(":")[0]: v.dtype for v in exports["bfloat16"].model_variables}
-    head = {name for name in dtypes if model_parts.HEAD in name}
-    assert head and all(dtypes[name] == tf.float32 for name in head)
-    assert {dtypes[name] for name in dtypes if name not in head} == {tf.bfloat16}
     graph = exports["bfloat16"].signatures["predict_images"].graph.as_graph_def()
     ops = [node for function in graph.library.function for node in function.node_def]
+    # The weights are constants of the frozen graph (keras_vit.export.frozen): bf16 but the head's (D, classes).
+    weights = [(node.attr["dtype"].type, tuple(d.size for d in node.attr["value"].tensor.tensor_shape.dim))
+               for node in ops if node.op == "Const" and len(node.attr["value"].tensor.tensor_shape.dim) >= 2]
+    head_shape = (TINY["hidden_size"], 5)
+    assert (tf.float32.as_datatype_enum, head_shape) in weights
+    bf16 = [shape for dtype, shape in weights if dtype == tf.bfloat16.as_datatype_enum]
+    assert len(bf16) >= 6 * TINY["num_layers"] and head_shape not in bf16, weights  # q, k, v, out, 2 MLP kernels
     matmuls = [node for node in ops if node.op in ("MatMul", "BatchMatMulV2", "Einsum")]
     bf16 = [node for node in matmuls if node.attr["T"].type == tf.bfloat16.as_datatype_enum]
     assert matmuls and len(matmuls) - len(bf16) == 1, [(n.op, n.name) for n in matmuls if n not in bf16]  # the head
@@ -149,8 +152,11 @@ def test_cli_precision_flag(tmp_path, capsys):
     keras_file = str(tmp_path / "tiny.keras")
     tiny_vit(num_layers=1).save(keras_file)
     base = str(tmp_path / "served")
-    assert main(["--model", keras_file, "--out", base, "--precision", "bfloat16"]) == 0
+    assert main(["--model", keras_file, "--out", base, "--precision", "bfloat16", "--freeze_weights", "false"]) == 0
     loaded = tf.saved_model.load(os.path.join(base, "1"))
-    assert tf.bfloat16 in {v.dtype for v in loaded.model_variables}
+    dtypes = {v.name.split(":")[0]: v.dtype for v in loaded.model_variables}  # variables, as asked
+    head = {name for name in dtypes if model_parts.HEAD in name}
+    assert head and {dtypes[name] for name in head} == {tf.float32}
+    assert {dtypes[name] for name in dtypes if name not in head} == {tf.bfloat16}
     assert main(["--model", keras_file, "--out", base, "--precision", "bfloat16", "--format", "tflite"]) == 2
     assert "--format=tflite writes --precision=float32|int8. Received: --precision=bfloat16" in capsys.readouterr().err

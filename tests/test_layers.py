@@ -360,6 +360,7 @@ def test_layer_norm_computes_what_keras_layer_normalization_does(policy, atol, m
             monkeypatch.setattr(keras.layers.LayerNormalization, "call", lambda *args: 1 / 0)
         y_ours = ours(x)
         monkeypatch.setattr(keras.layers.LayerNormalization, "call", keras_call)
+        assert np.array_equal(np.float32(ours(x, training=True)), np.float32(y_theirs))  # training: Keras' op
         losses = [tf.reduce_sum(tf.cast(y, "float32") * tf.range(48, dtype="float32")) for y in (y_ours, y_theirs)]
     assert y_ours.dtype == y_theirs.dtype
     # float32: equal to rounding; 16-bit outputs: both the float32 result rounded once, at most one bf16 step apart
