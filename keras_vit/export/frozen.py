@@ -2,7 +2,7 @@
 
 TensorFlow's oneDNN matmuls on CPUs with AMX read bf16 weights in a blocked tile layout. Weights held in
 variables are reordered into it on every call; weights that are constants of the graph are reordered once
-and kept. For ViT-B/16 in bf16 on an Intel AMX host that is 1.3-1.4x the throughput at batch 16 and batch 1
+and kept. For ViT-B/16 in bf16 on an Intel AMX host that is 1.35x the throughput at batch 16 and 1.39x at batch 1
 (benchmarks/SERVING_PATHS.md; float32 is unchanged, within noise). The outputs are the model's: the same
 ops on the same values. A frozen SavedModel has no variables to restore; TF Serving, `tf.saved_model.load`
 and the TF1 loader serve it as they serve any other. Keep the `.keras` file to fine-tune.
