@@ -72,8 +72,8 @@ def main(argv=None):
                         help="the weights as graph constants, as the SavedModel export writes them "
                              "(keras_vit.export.frozen)")
     parser.add_argument("--keras-layer-norm", action="store_true",
-                        help="run keras_vit's LayerNorm layers with Keras' own LayerNormalization op (the A/B of "
-                             "keras_vit.layers.LayerNorm)")
+                        help="run keras_vit's LayerNormalization layers with Keras' own op (the A/B of "
+                             "keras_vit.layers.LayerNormalization)")
     args = parser.parse_args(argv)
 
     import keras
@@ -88,9 +88,9 @@ def main(argv=None):
     policy = ("bfloat16" if args.bf16_weights else "mixed_bfloat16") if args.dtype == "bfloat16" else "float32"
     keras.config.set_dtype_policy(policy)
     if args.keras_layer_norm:
-        from keras_vit.layers import LayerNorm
+        from keras_vit.layers import LayerNormalization
 
-        LayerNorm.call = keras.layers.LayerNormalization.call
+        LayerNormalization.call = keras.layers.LayerNormalization.call
     arch = cases.ARCHS[args.arch]
     model = keras_vit.ViT(classifier_activation=None, **arch)
     forward = tf.function(lambda x: model(x, training=False))

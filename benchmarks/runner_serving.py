@@ -151,7 +151,7 @@ def _export(spec):
             precision, _, variant = precision.partition("-")
             if kind == "savedmodel":
                 target = export.export_saved_model(model, target, version=1, precision=precision, overwrite=True,
-                                                   freeze_weights=variant != "variables")
+                                                   freeze_weights=False if variant == "variables" else "auto")
             elif kind == "tflite":
                 export.export_tflite(model, target, quantize=None if precision == "float32" else precision,
                                      overwrite=True)

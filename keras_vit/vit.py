@@ -17,7 +17,7 @@ import numpy as np
 
 from keras_vit import initialization as initialization_lib
 from keras_vit import lora, model_config, model_parts, preprocessing, validation, variants
-from keras_vit.layers import LayerNorm, Patches, PatchEncoder, TokenPooling, TransformerBlock
+from keras_vit.layers import LayerNormalization, Patches, PatchEncoder, TokenPooling, TransformerBlock
 from keras_vit.layers.patch_encoder import check_position_embedding
 from keras_vit.layers.resnet import ResNetStem
 from keras_vit.layers.tokenizers import ConvStem, ShiftedPatches, check_shifted_patch_size, conv_stem_widths
@@ -257,7 +257,7 @@ def _graph(inputs, a):
             locality_attention=a.locality_attention,
             name=model_parts.encoder_block_name(i),
         )(x)
-    x = LayerNorm(epsilon=a.layer_norm_epsilon, name=model_parts.ENCODER_NORM)(x)
+    x = LayerNormalization(epsilon=a.layer_norm_epsilon, name=model_parts.ENCODER_NORM)(x)
     if a.include_top and a.distillation_token:
         return _distilled_heads(x, a, num_prefix)
     if a.include_top:

@@ -81,3 +81,12 @@ def test_frozen_weights_under_xla_compute_the_model(tmp_path):
     pixels = np.stack([random_image((SIZE, SIZE, 3), seed) for seed in range(3)]).astype("float32")
     served = tf.saved_model.load(path).signatures["predict_images"](images=tf.constant(pixels))["logits"]
     np.testing.assert_allclose(served, model(pixels / 127.5 - 1.0), atol=1e-4)
+
+
+def test_a_model_of_two_outputs_is_refused_not_served_by_its_first(tmp_path):
+    features = tiny_vit(include_top=False, pooling="avg")
+    inputs = keras.Input((SIZE, SIZE, 3))
+    two = keras.Model(inputs, [features(inputs), features(inputs)])
+    with pytest.raises(ValueError, match=r"must have one output.*Received a model with 2 outputs"):
+        export_saved_model(two, tmp_path / "two")
+    assert not os.path.exists(tmp_path / "two")

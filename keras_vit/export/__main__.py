@@ -99,7 +99,9 @@ flags.DEFINE_enum("precision", "float32", ["float32", "bfloat16", "int8"], "What
                   "(inputs and outputs unchanged): bfloat16 for saved_model and openvino (faster on CPUs with AMX or "
                   "AVX512-BF16 and on GPUs, slower on other CPUs); int8 for tflite (int8 weights) and openvino "
                   "(static, with --calibration_images).", flag_values=FLAGS)
-flags.DEFINE_enum("freeze_weights", "auto", ["auto", "true", "false"], "SavedModel: write the weights into the "
+FREEZE_WEIGHTS = {"auto": "auto", "true": True, "false": False}
+"""`--freeze_weights` spelled as a flag -> `export_saved_model(freeze_weights=...)` (`frozen.FREEZE_CHOICES`)."""
+flags.DEFINE_enum("freeze_weights", "auto", list(FREEZE_WEIGHTS), "SavedModel: write the weights into the "
                   "graph as constants (faster in bf16 on AMX CPUs, same outputs); auto: when they take at most 1 GiB.",
                   flag_values=FLAGS)
 flags.DEFINE_string("calibration_images", None, "Folder of 8 to 300 images of the model's size for "
@@ -203,7 +205,7 @@ def run(argv):
         written = [export.export_saved_model(
             model, out, version=FLAGS.version, top_k=FLAGS.top_k, labels=labels, overwrite=FLAGS.overwrite,
             preprocessing=FLAGS.preprocessing, jit_compile=FLAGS.jit_compile, precision=FLAGS.precision,
-            freeze_weights={"auto": "auto", "true": True, "false": False}[FLAGS.freeze_weights], **limits_from_flags(),
+            freeze_weights=FREEZE_WEIGHTS[FLAGS.freeze_weights], **limits_from_flags(),
         )]
     elif FLAGS.format == "openvino":
         cli.progress(f"exporting an OpenVINO IR ({FLAGS.precision}) to {out} ...")

@@ -8,15 +8,15 @@ ops on the same values. A frozen SavedModel has no variables to restore; TF Serv
 and the TF1 loader serve it as they serve any other. Keep the `.keras` file to fine-tune.
 
 A SavedModel's graph is one protobuf, which cannot exceed 2 GiB, so weights above `FREEZE_LIMIT_BYTES`
-stay variables under `freeze_weights="auto"` (ViT-H/14 in float32, 2.5 GB; ViT-B/16 is 0.17 GB in bf16).
+stay variables under `freeze_weights="auto"` (ViT-L in float32, 1.2 GB; ViT-B/16 is 0.17 GB in bf16).
 
 Example:
     >>> import numpy as np, tensorflow as tf
     >>> import keras_vit
     >>> model = keras_vit.ViT(image_size=32, patch_size=8, hidden_size=32, num_layers=1, num_heads=2,
-    ...                       mlp_dim=64, classes=3)
+    ...                       mlp_dim=64, include_top=False, pooling="avg")
     >>> forward = frozen_forward(lambda x: model(x, training=False), 32, 32)
-    >>> x = np.zeros((2, 32, 32, 3), "float32")
+    >>> x = np.random.default_rng(0).uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
     >>> bool(np.allclose(forward(tf.constant(x)), model(x), atol=1e-6))
     True
 """
@@ -36,6 +36,7 @@ def weight_bytes(model) -> int:
 
 
 def check_freeze_weights(freeze_weights):
+    """Raises ValueError, naming the choices, unless `freeze_weights` is one of `FREEZE_CHOICES`."""
     if freeze_weights not in FREEZE_CHOICES or not isinstance(freeze_weights, (str, bool)):
         raise ValueError(f"`freeze_weights` must be one of {FREEZE_CHOICES}. Received: freeze_weights={freeze_weights!r}")
 
@@ -62,14 +63,17 @@ def should_freeze(model, freeze_weights) -> bool:
 
 def frozen_forward(forward, height: int, width: int):
     """`forward` (float32 images (batch, height, width, 3) -> one tensor) traced once, with every variable it
-    reads turned into a constant of its graph; returns a function of the images."""
+    reads turned into a constant of its graph; returns a function of the images.
+
+    Raises:
+        ValueError: `forward` returns more (or less) than one tensor.
+    """
     from tensorflow.python.framework import convert_to_constants
 
     concrete = tf.function(forward).get_concrete_function(tf.TensorSpec([None, height, width, 3], tf.float32))
+    outputs = tf.nest.flatten(concrete.structured_outputs)
+    if len(outputs) != 1:
+        raise ValueError(f"A frozen forward pass serves one output tensor. Received a model whose outputs are "
+                         f"{concrete.structured_outputs!r}")
     frozen = convert_to_constants.convert_variables_to_constants_v2(concrete)
-
-    def call(images):
-        outputs = frozen(images)
-        return outputs[0] if isinstance(outputs, (list, tuple)) else outputs
-
-    return call
+    return lambda images: frozen(images)[0]  # the frozen function returns its outputs as a list

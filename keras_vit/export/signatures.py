@@ -58,6 +58,10 @@ def inspect_model(model: keras.Model, preprocessing: str = "auto") -> ModelSpec:
             "`keras_vit.ViT(weights=<its file>, input_shape=(height, width, 3))` (its position table resampled "
             "as the model does at run time)."
         )
+    outputs = getattr(model, "outputs", None) or []  # a subclassed model has none listed: its output_shape decides
+    if len(outputs) > 1:
+        raise ValueError("The model must have one output, one vector per image: class scores, or a pooled "
+                         f"representation. Received a model with {len(outputs)} outputs: {model.output_shape}")
     output_shape = tuple(model.output_shape)
     if len(output_shape) != 2:
         raise ValueError(

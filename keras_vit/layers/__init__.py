@@ -2,7 +2,7 @@
 
 from keras_vit.layers.attention import MultiHeadSelfAttention
 from keras_vit.layers.drop_path import DropPath
-from keras_vit.layers.layer_norm import LayerNorm
+from keras_vit.layers.layer_norm import LayerNormalization
 from keras_vit.layers.patch_encoder import PatchEncoder
 from keras_vit.layers.patches import Patches
 from keras_vit.layers.pooling import TokenPooling
@@ -11,5 +11,5 @@ from keras_vit.layers.token_grid import TokenGrid  # noqa: F401  (internal: the 
 from keras_vit.layers.tokenizers import ConvStem, ShiftedPatches
 from keras_vit.layers.transformer_block import TransformerBlock
 
-__all__ = ["Patches", "PatchEncoder", "TransformerBlock", "MultiHeadSelfAttention", "DropPath", "LayerNorm", "TokenPooling",
+__all__ = ["Patches", "PatchEncoder", "TransformerBlock", "MultiHeadSelfAttention", "DropPath", "LayerNormalization", "TokenPooling",
            "ResNetStem", "ResNetUnit", "StdConv2D", "ConvStem", "ShiftedPatches"]

@@ -1,12 +1,15 @@
-"""`LayerNorm`: Keras' LayerNormalization over the last axis, written as TensorFlow runs it fastest."""
+"""`LayerNormalization`: Keras' layer of that name, its inference written as TensorFlow runs it fastest."""
 
 import keras
 from keras import ops
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
-class LayerNorm(keras.layers.LayerNormalization):
+class LayerNormalization(keras.layers.LayerNormalization):
     """`keras.layers.LayerNormalization` (same arguments, weights and config) with a shorter TensorFlow graph.
+
+    It keeps Keras' class name, so a `.keras` or `.weights.h5` file stores its weights under the same path
+    (`layers/layer_normalization/...`) whichever of the two classes wrote it.
 
     Keras' op scales by `rsqrt(variance) * gamma` and shifts by `beta - mean * that`, two full-size products
     and sums, then casts; on the TensorFlow backend this layer computes `(x - mean) * rsqrt(variance + eps) *
@@ -19,7 +22,7 @@ class LayerNorm(keras.layers.LayerNormalization):
     Example:
         >>> import numpy as np
         >>> x = np.random.default_rng(0).normal(size=(2, 5, 8)).astype("float32")
-        >>> ours, theirs = LayerNorm(epsilon=1e-6), keras.layers.LayerNormalization(epsilon=1e-6)
+        >>> ours, theirs = LayerNormalization(epsilon=1e-6), keras.layers.LayerNormalization(epsilon=1e-6)
         >>> bool(np.allclose(ours(x), theirs(x), atol=1e-5))
         True
     """

@@ -11,7 +11,7 @@
 import keras
 from keras import ops
 
-from keras_vit.layers.layer_norm import LayerNorm
+from keras_vit.layers.layer_norm import LayerNormalization
 from keras_vit.layers.patches import Patches, check_image_size
 
 
@@ -120,7 +120,7 @@ class ShiftedPatches(keras.layers.Layer):
         self.epsilon = epsilon
         self.flatten = bool(flatten)
         self.patches = Patches(patch_size, flatten=self.flatten, dtype=self.dtype_policy)
-        self.norm = LayerNorm(epsilon=epsilon, name="norm", dtype=self.dtype_policy)
+        self.norm = LayerNormalization(epsilon=epsilon, name="norm", dtype=self.dtype_policy)
 
     def build(self, input_shape):
         self.norm.build((None, None, self.patch_size * self.patch_size * 5 * input_shape[-1]))

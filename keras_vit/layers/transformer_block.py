@@ -6,7 +6,7 @@ from keras import ops
 from keras_vit import validation
 from keras_vit.layers.attention import MultiHeadSelfAttention
 from keras_vit.layers.drop_path import DropPath
-from keras_vit.layers.layer_norm import LayerNorm
+from keras_vit.layers.layer_norm import LayerNormalization
 from keras_vit.layers.initializers import glorot_uniform
 
 
@@ -75,14 +75,14 @@ class TransformerBlock(keras.layers.Layer):
         self.qkv_bias = qkv_bias
         self.locality_attention = bool(locality_attention)
         policy = self.dtype_policy
-        self.attention_norm = LayerNorm(
+        self.attention_norm = LayerNormalization(
             epsilon=layer_norm_epsilon, name="attention_norm", dtype=policy
         )
         self.attention = MultiHeadSelfAttention(
             num_heads, attention_dropout_rate=attention_dropout_rate, qkv_bias=qkv_bias,
             rematerialize=rematerialize, locality=locality_attention, name="attention", dtype=policy,
         )
-        self.mlp_norm = LayerNorm(epsilon=layer_norm_epsilon, name="mlp_norm", dtype=policy)
+        self.mlp_norm = LayerNormalization(epsilon=layer_norm_epsilon, name="mlp_norm", dtype=policy)
         self.dropout = keras.layers.Dropout(dropout_rate, dtype=policy)
         self.drop_path = DropPath(drop_path_rate, dtype=policy)
 
