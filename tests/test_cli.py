@@ -69,6 +69,7 @@ def test_a_bad_flag_is_one_error_line_and_exit_2(tool):
     assert result.stdout == ""
 
 
+@pytest.mark.e2e  # the default tier's time budget (10 minutes on 2 cores)
 def test_help_imports_neither_keras_nor_tensorflow_and_import_keras_vit_still_registers_the_layers():
     script = textwrap.dedent(f"""
         import runpy, sys

@@ -35,6 +35,7 @@ def calibration_folder(path, count=10, size=SIZE):
     return str(path)
 
 
+@pytest.mark.e2e  # the default tier's time budget (10 minutes on 2 cores)
 def test_float32_matches_keras_and_records_its_hint(model, pixels, tmp_path):
     path = export_openvino(model, tmp_path / "ov", max_batch_size=8)
     assert path == str(tmp_path / "ov" / "1")

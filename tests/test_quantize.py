@@ -51,6 +51,7 @@ def test_hybrid_and_bit_quantize_their_dense_layers(tmp_path):
     assert len(quantization.quantized_layers(bit)) == 1  # Keras has no int8 convolution: the ResNet stays float
 
 
+@pytest.mark.e2e  # the default tier's time budget (10 minutes on 2 cores)
 def test_refusals(tmp_path):
     model = keras_vit.ViT(**TINY)
     with pytest.raises(ValueError, match="GPTQConfig"):  # Keras' own check, before keras_vit's
