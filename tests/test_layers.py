@@ -349,9 +349,8 @@ def test_layer_norm_computes_what_keras_layer_normalization_does(policy, atol, m
     ours, theirs = LayerNormalization(epsilon=1e-6, dtype=policy), keras.layers.LayerNormalization(epsilon=1e-6, dtype=policy)
     ours.build(x.shape), theirs.build(x.shape)
     rng = np.random.default_rng(4)
-    for layer in (ours, theirs):
-        layer.set_weights([rng.normal(size=48).astype("float32") for _ in range(2)] if layer is ours
-                          else ours.get_weights())
+    ours.set_weights([rng.normal(size=48).astype("float32") for _ in range(2)])
+    theirs.set_weights(ours.get_weights())
     x = tf.constant(x)
     keras_call = keras.layers.LayerNormalization.call
     with tf.GradientTape(persistent=True) as tape:

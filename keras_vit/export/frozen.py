@@ -21,6 +21,8 @@ Example:
     True
 """
 
+import math
+
 import tensorflow as tf
 
 FREEZE_CHOICES = ("auto", True, False)
@@ -32,7 +34,7 @@ FREEZE_LIMIT_BYTES = 1 << 30
 
 def weight_bytes(model) -> int:
     """Bytes of all of `model`'s weights in their stored dtypes."""
-    return sum(int(tf.size(w.value)) * tf.as_dtype(w.dtype).size for w in model.weights)
+    return sum(math.prod(w.shape) * tf.as_dtype(w.dtype).size for w in model.weights)
 
 
 def check_freeze_weights(freeze_weights):
@@ -42,12 +44,12 @@ def check_freeze_weights(freeze_weights):
 
 
 def should_freeze(model, freeze_weights) -> bool:
-    """Whether the export puts `model`'s weights into the graph.
+    """Whether the export puts `model`'s weights into the graph (`freeze_weights` already checked by
+    `check_freeze_weights`).
 
     Raises:
-        ValueError: an unknown `freeze_weights`, or `True` for weights that cannot fit a SavedModel's graph.
+        ValueError: `True` for weights that cannot fit a SavedModel's graph.
     """
-    check_freeze_weights(freeze_weights)
     if freeze_weights is False:
         return False
     size = weight_bytes(model)

@@ -11,5 +11,5 @@ from keras_vit.layers.token_grid import TokenGrid  # noqa: F401  (internal: the 
 from keras_vit.layers.tokenizers import ConvStem, ShiftedPatches
 from keras_vit.layers.transformer_block import TransformerBlock
 
-__all__ = ["Patches", "PatchEncoder", "TransformerBlock", "MultiHeadSelfAttention", "DropPath", "LayerNormalization", "TokenPooling",
-           "ResNetStem", "ResNetUnit", "StdConv2D", "ConvStem", "ShiftedPatches"]
+__all__ = ["Patches", "PatchEncoder", "TransformerBlock", "MultiHeadSelfAttention", "DropPath", "LayerNormalization",
+           "TokenPooling", "ResNetStem", "ResNetUnit", "StdConv2D", "ConvStem", "ShiftedPatches"]
