@@ -28,8 +28,9 @@ class Case:
     Attributes:
         runner: `keras_vit`, `keras_hub`, `timm`, `matmul` (TensorFlow) or `torch_matmul` (the module
             `runner_<runner>.py`).
-        task: `infer`, `train`, `serve` (keras_vit's SavedModel signature), `matmul` (the ceiling) or
-            `floor` (the model's matrix products alone, `model_matmuls.py`).
+        task: `infer`, `train`, `serve` (keras_vit's SavedModel signature), `matmul` (the ceiling),
+            `floor` (the model's matrix products alone, `model_matmuls.py`) or `train-floor` (a training
+            step's products alone).
         dtype: `float32` or `bfloat16` (mixed_bfloat16 for Keras, CPU autocast for timm).
         arch: a key of `ARCHS` ("" for the matmul).
         batches: batch sizes measured in this process, smallest first.
@@ -96,6 +97,8 @@ def build_cases(quick=False, peers=(), serving=True, alt_modes=False, keras_torc
             cases.append(Case("matmul", "matmul", dtype, "", (1,), jit=jit, label=_mode(jit)))
     for dtype in ("float32", "bfloat16"):
         cases.append(Case("matmul", "floor", dtype, infer_arch, infer_batches, label="graph"))
+    for dtype in ("float32", "bfloat16"):
+        cases.append(Case("matmul", "train-floor", dtype, train_arch, train_batches, label="graph"))
     def chosen_and_alt(task, dtype, arch, batches, jit):  # keras_vit's mode, and with --alt-modes the other
         cases.append(Case("keras_vit", task, dtype, arch, batches, jit=jit, label=_mode(jit)))
         if alt_modes:
@@ -126,9 +129,11 @@ def build_cases(quick=False, peers=(), serving=True, alt_modes=False, keras_torc
             cases.append(Case("timm", "infer", dtype, infer_arch, infer_batches, label="eager"))
         for dtype in ("float32", "bfloat16"):
             cases.append(Case("timm", "train", dtype, train_arch, train_batches, label="eager"))
-    if "torch_matmul" in peers:  # timm's floor: PyTorch's matmul kernels
+    if "torch_matmul" in peers:  # timm's floors: PyTorch's matmul kernels
         for dtype in ("float32", "bfloat16"):
             cases.append(Case("torch_matmul", "floor", dtype, infer_arch, infer_batches, label="eager"))
+        for dtype in ("float32", "bfloat16"):
+            cases.append(Case("torch_matmul", "train-floor", dtype, train_arch, train_batches, label="eager"))
     if "keras_hub" in peers:
         cases.append(Case("keras_hub", "infer", "float32", infer_arch, infer_batches, jit=True, label="XLA"))
         cases.append(Case("keras_hub", "infer", "bfloat16", infer_arch, infer_batches, jit=False, label="graph"))
@@ -142,6 +147,6 @@ def iterations(case, batch, quick):
         return 1, 2
     if case.task == "matmul":
         return 2, 8
-    if case.task == "train":
+    if case.task in ("train", "train-floor"):
         return 2, 4
     return (2, 8) if batch == 1 else (1, 3)

@@ -1,4 +1,4 @@
-"""Where keras_vit's forward time goes: per-op-type time of one graph call, from a tf.profiler trace.
+"""Where keras_vit's forward (or training step) time goes: per-op-type time of one graph call, from a tf.profiler trace.
 
 Builds the model as the benchmark does (random weights, `tf.function`), warms it up, traces one call and
 sums the traced kernel times per TensorFlow op type (`_MklNativeFusedMatMul`, `_MklBatchMatMulV2`,
@@ -11,6 +11,11 @@ Usage:
     python benchmarks/profile_ops.py --dtype bfloat16 --bf16-weights   # the "bfloat16" policy (bf16 variables)
     python benchmarks/profile_ops.py --dtype bfloat16 --bf16-weights --frozen   # as the SavedModel export runs it
     python benchmarks/profile_ops.py --dtype bfloat16 --bf16-weights --frozen --keras-layer-norm   # A/B of LayerNorm
+    python benchmarks/profile_ops.py --train --arch S16 --dtype bfloat16   # a `train_on_batch` step, as run.py's
+    python benchmarks/profile_ops.py --train --arch S16 --dtype bfloat16 --keras-layer-norm --keras-gelu   # A/B
+
+`--train` runs `model.train_on_batch` (AdamW, sparse cross-entropy on logits, `mixed_bfloat16` for bfloat16)
+as a graph without XLA, as keras_vit trains in bf16 (a step compiled whole by XLA shows only its clusters).
 """
 
 import argparse
@@ -32,8 +37,9 @@ import numpy as np  # noqa: E402
 import cases  # noqa: E402
 
 
-# Trace events with a colon that are not kernels: the function call, the executor's run and its bookkeeping.
-NOT_KERNELS = {"Run", "Process", "Record", "StartRegion"}
+# Trace events with a colon that are not kernels: the function call, the executor's run and its bookkeeping, and
+# the execution events nested inside an XLA-compiled function's `Start` (which is counted, once).
+NOT_KERNELS = {"Run", "Process", "Record", "StartRegion", "ExecuteAsyncOnStream", "Execute"}
 
 
 def op_times(trace_dir):
@@ -74,6 +80,10 @@ def main(argv=None):
     parser.add_argument("--keras-layer-norm", action="store_true",
                         help="run keras_vit's LayerNormalization layers with Keras' own op (the A/B of "
                              "keras_vit.layers.LayerNormalization)")
+    parser.add_argument("--train", action="store_true", help="profile a training step instead of a forward")
+    parser.add_argument("--keras-gelu", action="store_true",
+                        help="with --train: the MLP's GELU as Keras' op instead of keras_vit.layers.gelu."
+                             "training_gelu (the A/B of the XLA-compiled GELU)")
     args = parser.parse_args(argv)
 
     import keras
@@ -91,23 +101,40 @@ def main(argv=None):
         from keras_vit.layers import LayerNormalization
 
         LayerNormalization.call = keras.layers.LayerNormalization.call
+    if args.keras_gelu:
+        if not args.train:
+            parser.error("--keras-gelu needs --train (inference never uses training_gelu)")
+        from keras_vit.layers import transformer_block
+
+        transformer_block.training_gelu = lambda x, approximate: keras.activations.gelu(x, approximate=approximate)
+    if args.train and (args.frozen or args.bf16_weights):
+        parser.error("--train profiles a step on float32 or mixed_bfloat16 variables; --frozen and "
+                     "--bf16-weights are inference's")
     arch = cases.ARCHS[args.arch]
     model = keras_vit.ViT(classifier_activation=None, **arch)
-    forward = tf.function(lambda x: model(x, training=False))
     size = arch["image_size"]
+    x = tf.constant(np.random.default_rng(0).uniform(-1, 1, (args.batch, size, size, 3)).astype("float32"))
+    if args.train:
+        model.compile(optimizer=keras.optimizers.AdamW(1e-4, weight_decay=0.05), jit_compile=False,
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        labels = tf.constant(np.arange(args.batch) % arch["classes"], "int32")
+        model.train_on_batch(x, labels)
+        forward = lambda x: tf.constant(model.train_on_batch(x, labels))  # noqa: E731  (`.numpy()` below)
+    else:
+        forward = tf.function(lambda x: model(x, training=False))
     if args.frozen:
         from keras_vit.export import frozen
 
         forward = tf.function(frozen.frozen_forward(forward, size, size))
-    x = tf.constant(np.random.default_rng(0).uniform(-1, 1, (args.batch, size, size, 3)).astype("float32"))
     forward(x).numpy()
     seconds = []
     for _ in range(args.calls):
         start = time.perf_counter()
         forward(x).numpy()
         seconds.append(time.perf_counter() - start)
-    print(f"{args.arch} {args.dtype} (policy {policy}{', frozen' if args.frozen else ''}"
-          f"{', Keras LayerNorm' if args.keras_layer_norm else ''}) batch {args.batch}: "
+    print(f"{args.arch} {args.dtype} {'training step' if args.train else 'forward'} (policy {policy}"
+          f"{', frozen' if args.frozen else ''}{', Keras LayerNorm' if args.keras_layer_norm else ''}"
+          f"{', Keras GELU' if args.keras_gelu else ''}) batch {args.batch}: "
           f"{1000 * float(np.median(seconds)):.0f} ms per call (median of {args.calls}, untraced)")
     with tempfile.TemporaryDirectory() as trace_dir:
         tf.profiler.experimental.start(trace_dir)

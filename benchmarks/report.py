@@ -3,12 +3,15 @@
 import statistics
 
 import flops
+import model_matmuls
 from cases import ARCHS, MATMUL_N
 
 
 def _gflop_per_item(case, quick):
     if case.task == "matmul":
         return flops.matmul_gflop(MATMUL_N["quick" if quick else "full"])
+    if case.task == "train-floor":  # what it computes: 3 forwards less the pixels' gradient
+        return sum(p.gflop for p in model_matmuls.training_matmuls(ARCHS[case.arch], batch=1))
     forward = flops.arch_forward_gflop(ARCHS[case.arch])
     return forward * (flops.TRAIN_FORWARD_MULTIPLE if case.task == "train" else 1.0)
 
@@ -163,18 +166,27 @@ def goals(rows, ceilings, big_batch):
     return out
 
 
-# The framework whose matmul kernels a runner uses, and the runner of that framework's floor case.
-FLOOR_RUNNER = {"keras_vit": "matmul", "keras_hub": "matmul", "timm": "torch_matmul"}
+# The floor task of each model task: a forward's products, a training step's.
+FLOOR_TASK = {"infer": "floor", "train": "train-floor"}
+
+
+def _floor_runner(row):
+    """The runner of the floor on the kernels `row` runs on: PyTorch's for timm and keras_vit's torch-backend
+    training rows (modes `torch`, `torch-stored`), TensorFlow's for the others."""
+    on_torch = row["runner"] == "timm" or (row["runner"] == "keras_vit" and row["mode"].startswith("torch"))
+    return "torch_matmul" if on_torch else "matmul"
 
 
 def floor_shares(rows):
-    """For each inference row: the time its framework's matmul floor takes (the model's products alone,
-    same shapes, dtype and batch) as a share of the row's time; what is left is everything else."""
+    """For each inference and training row: the time its framework's matmul floor takes (the model's products
+    alone, same shapes, dtype and batch) as a share of the row's time; what is left is everything else."""
     out = []
-    for row in _find(rows, task="infer"):
-        if row.get("mode", "").endswith("-alt") or row["runner"] not in FLOOR_RUNNER:
+    for row in rows:
+        if "items_per_s" not in row or row["task"] not in FLOOR_TASK or row.get("mode", "").endswith("-alt"):
             continue
-        for floor in _find(rows, task="floor", runner=FLOOR_RUNNER[row["runner"]], dtype=row["dtype"],
+        if row["runner"] not in ("keras_vit", "keras_hub", "timm"):
+            continue
+        for floor in _find(rows, task=FLOOR_TASK[row["task"]], runner=_floor_runner(row), dtype=row["dtype"],
                            batch=row["batch"]):
             out.append({"name": row["name"], "batch": row["batch"], "floor": floor["name"],
                         "share": floor["median_s"] / row["median_s"]})
@@ -182,17 +194,29 @@ def floor_shares(rows):
 
 
 def bounds(rows, big_batch):
-    """The best ratios against a peer that any model on TensorFlow's kernels could reach in this run:
-    the peer's time over the TensorFlow floor's (a goal above its bound cannot be met on TensorFlow)."""
+    """The best ratios against a peer that any model on TensorFlow's kernels could reach in this run: the
+    peer's time over the TensorFlow floor's (a goal above its bound cannot be met on TensorFlow). For
+    training also the ratio of a model that spent the peer's own time outside the products (the peer's time
+    less PyTorch's floor) on top of TensorFlow's floor: what matching timm's non-matmul work would give."""
     out = []
-    for dtype in ("float32", "bfloat16"):
-        tf_floor = _find(rows, task="floor", runner="matmul", dtype=dtype, batch=big_batch)
-        peers = [r for r in _find(rows, task="infer", dtype=dtype, batch=big_batch)
-                 if r["runner"] != "keras_vit" and not r.get("mode", "").endswith("-alt")]
-        if tf_floor:
+    for task, floor_task in FLOOR_TASK.items():
+        for dtype in ("float32", "bfloat16"):
+            tf_floor = _find(rows, task=floor_task, runner="matmul", dtype=dtype, batch=big_batch)
+            if not tf_floor:
+                continue
+            tf_floor = tf_floor[0]["median_s"]
+            peers = [r for r in _find(rows, task=task, dtype=dtype, batch=big_batch)
+                     if r["runner"] in ("timm", "keras_hub") and not r.get("mode", "").endswith("-alt")]
+            label = "" if task == "infer" else " training"
             for peer in peers:
-                out.append({"what": f"{dtype} batch {big_batch}: TensorFlow matmul floor / {peer['name']}",
-                            "ratio": peer["median_s"] / tf_floor[0]["median_s"]})
+                out.append({"what": f"{dtype}{label} batch {big_batch}: TensorFlow matmul floor / {peer['name']}",
+                            "ratio": peer["median_s"] / tf_floor})
+                torch_floor = _find(rows, task=floor_task, runner="torch_matmul", dtype=dtype, batch=big_batch)
+                if task == "train" and peer["runner"] == "timm" and torch_floor:
+                    outside = peer["median_s"] - torch_floor[0]["median_s"]
+                    out.append({"what": f"{dtype}{label} batch {big_batch}: (TensorFlow matmul floor + timm's time "
+                                        f"outside its products) / {peer['name']}",
+                                "ratio": peer["median_s"] / (tf_floor + outside)})
     return out
 
 

@@ -4,11 +4,12 @@ task "matmul": the rate the machine reaches on the best-shaped dense work Tensor
 model benchmarks report their achieved GFLOP/s as a share of it. float32 or bfloat16, with or without XLA.
 
 task "floor": every matrix product of one ViT forward as keras_vit decomposes it
-(`model_matmuls.vit_matmuls`), the model's shapes and dtype, in one `tf.function` without XLA (XLA could
-shrink a product to the corner that is returned), one op at a time (inter-op parallelism 1, as a
-sequential model runs), each per-layer weight distinct so that weights stream from memory as in the
-model. Nothing but the products runs: what TensorFlow's oneDNN kernels take for this work, issued one by
-one (benchmarks/README.md says what that does and does not bound).
+(`model_matmuls.vit_matmuls`; task "train-floor": of a training step, `model_matmuls.training_matmuls`),
+the model's shapes and dtype, in one `tf.function` without XLA (XLA could shrink a product to the corner
+that is returned), one op at a time (inter-op parallelism 1, as a sequential model runs), each per-layer
+weight distinct so that weights stream from memory as in the model. Nothing but the products runs: what
+TensorFlow's oneDNN kernels take for this work, issued one by one (benchmarks/README.md says what that does
+and does not bound).
 
 spec["threads"] (optional, `serving_paths.py`): intra-op threads, inter-op 1; TensorFlow's defaults without it.
 """
@@ -23,7 +24,7 @@ def run(spec):
 
         tf.config.threading.set_intra_op_parallelism_threads(spec["threads"])
         tf.config.threading.set_inter_op_parallelism_threads(1)
-    if spec["task"] == "floor":
+    if spec["task"] in model_matmuls.FLOOR_TASKS:
         return _floor(spec)
     import tensorflow as tf
 
@@ -46,8 +47,9 @@ def _floor(spec):
     rng = tf.random.Generator.from_seed(0)
     batches = []
     for batch in spec["batches"]:
+        products_of = model_matmuls.FLOOR_TASKS[spec["task"]]
         operands = model_matmuls.operand_pairs(
-            spec["arch"], batch, lambda shape: tf.cast(rng.normal(shape), spec["dtype"]))
+            products_of(spec["arch"], batch), lambda shape: tf.cast(rng.normal(shape), spec["dtype"]))
 
         @tf.function
         def products(operands):

@@ -1,9 +1,10 @@
 """Peer floor: every matrix product of one ViT forward (`model_matmuls.vit_matmuls`) in eager PyTorch.
 
-The PyTorch counterpart of `runner_matmul.py`'s "floor" task: the same list of products (keras_vit's
-decomposition, not timm's fused q/k/v `Linear` and SDPA attention), the model's shapes and dtype (float32,
-or bfloat16 tensors rather than autocast), each per-layer weight distinct, under `torch.inference_mode()`,
-nothing but the products: how fast PyTorch's CPU matmul kernels, the ones timm runs on, do the same work.
+The PyTorch counterpart of `runner_matmul.py`'s "floor" and "train-floor" (a training step's products,
+`model_matmuls.training_matmuls`) tasks: the same list of products (keras_vit's decomposition, not timm's
+fused q/k/v `Linear` and SDPA attention), the model's shapes and dtype (float32, or bfloat16 tensors rather
+than autocast), each per-layer weight distinct, under `torch.inference_mode()`, nothing but the products:
+how fast PyTorch's CPU matmul kernels, the ones timm runs on, do the same work.
 
 task "matmul": one (n, n) x (n, n) product, PyTorch's GEMM ceiling (`serving_paths.py`). spec["threads"]
 (optional): `torch.set_num_threads`.
@@ -18,8 +19,9 @@ def run(spec):
 
     if spec.get("threads"):
         torch.set_num_threads(spec["threads"])
-    if spec["task"] not in ("floor", "matmul"):
-        raise ValueError(f"runner_torch_matmul runs the tasks 'floor' and 'matmul'. Received: task={spec['task']!r}")
+    tasks = (*model_matmuls.FLOOR_TASKS, "matmul")
+    if spec["task"] not in tasks:
+        raise ValueError(f"runner_torch_matmul runs the tasks {tasks}. Received: task={spec['task']!r}")
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[spec["dtype"]]
     generator = torch.Generator().manual_seed(0)
     if spec["task"] == "matmul":
@@ -33,8 +35,9 @@ def run(spec):
         return {"batches": [measure.batch_result(seconds, 1)], "extra": {"torch_threads": torch.get_num_threads()}}
     batches = []
     for batch in spec["batches"]:
+        products_of = model_matmuls.FLOOR_TASKS[spec["task"]]
         operands = model_matmuls.operand_pairs(
-            spec["arch"], batch, lambda shape: torch.randn(shape, generator=generator).to(dtype))
+            products_of(spec["arch"], batch), lambda shape: torch.randn(shape, generator=generator).to(dtype))
 
         def products():
             with torch.inference_mode():

@@ -47,10 +47,31 @@ def test_floor_products_are_the_counted_flops(arch, batch):
     for p in products:  # the operands the runners build have the product's FLOPs
         left, right = model_matmuls.operand_shapes(p)
         assert 2 * math.prod(left) * right[-1] * p.count / 1e9 == pytest.approx(p.gflop, rel=1e-12)
-    pairs = model_matmuls.operand_pairs(cases.ARCHS[arch], batch, lambda shape: object())
+    pairs = model_matmuls.operand_pairs(products, lambda shape: object())
     assert len(pairs) == sum(p.count for p in products)
     assert len({id(b) for _, b in pairs}) == len(pairs)  # every weight distinct
     assert len({id(a) for a, _ in pairs}) == len(products)  # one activation per kind of product
+
+
+@pytest.mark.parametrize("arch", ["S16", "tiny"])
+def test_training_floor_is_a_step_of_products(arch):
+    """A training step: each forward product, its gradient for the right operand, and for the left operand but
+    the pixels: 3 forwards less the patch projection, as counted by hand from flops.py."""
+    config = cases.ARCHS[arch]
+    step = model_matmuls.training_matmuls(config, batch=2)
+    forward = model_matmuls.vit_matmuls(config, batch=2)
+    patches = (config["image_size"] // config["patch_size"]) ** 2
+    pixel_gradient_gflop = 2 * 2 * patches * config["patch_size"] ** 2 * 3 * config["hidden_size"] / 1e9
+    expected = 3 * 2 * flops.arch_forward_gflop(config) - pixel_gradient_gflop
+    assert sum(p.gflop for p in step) == pytest.approx(expected, rel=1e-12)
+    assert len(step) == 3 * len(forward) - 1
+    by_name = {p.what: p for p in step}
+    mlp_in = by_name["MLP in"]  # (2T, D) x (D, 4D): the gradients (2T, 4D) x (4D, D) and (D, 2T) x (2T, 4D)
+    m, k, n = mlp_in.m, mlp_in.k, mlp_in.n
+    assert model_matmuls.operand_shapes(by_name["MLP in: left gradient"]) == ((m, n), (n, k))
+    assert model_matmuls.operand_shapes(by_name["MLP in: right gradient"]) == ((k, m), (m, n))
+    assert "patch projection: left gradient" not in by_name
+    assert model_matmuls.FLOOR_TASKS["train-floor"] is model_matmuls.training_matmuls
 
 
 def test_b16_attention_products_have_the_head_layout():
@@ -89,15 +110,44 @@ def test_floor_shares_and_bounds_arithmetic():
     assert report.bounds(rows[:6], big_batch=16) == []  # no floor measured: no bound claimed
 
 
+def test_training_floor_shares_and_bounds_arithmetic():
+    def floor(runner, dtype, seconds):
+        return dict(_row(runner, "train-floor", dtype, 16, seconds), mode="graph")
+
+    rows = [
+        dict(_row("keras_vit", "train", "bfloat16", 16, 2.0, mode="graph"), arch="S16"),
+        dict(_row("keras_vit", "train", "bfloat16", 16, 1.6, mode="torch"), arch="S16"),
+        _row("timm", "train", "bfloat16", 16, 1.0, mode="eager"),
+        floor("matmul", "bfloat16", 0.5), floor("torch_matmul", "bfloat16", 0.4),
+        floor("matmul", "float32", 1.6),  # no float32 training rows: no share, no bound
+    ]
+    shares = {(f["name"], f["floor"]): f["share"] for f in report.floor_shares(rows)}
+    assert shares == {  # each row against the floor of the kernels it runs on (the torch backend: PyTorch's)
+        ("keras_vit/train/bfloat16/graph", "matmul/train-floor/bfloat16"): pytest.approx(0.25),
+        ("keras_vit/train/bfloat16/torch", "torch_matmul/train-floor/bfloat16"): pytest.approx(0.25),
+        ("timm/train/bfloat16/eager", "torch_matmul/train-floor/bfloat16"): pytest.approx(0.4),
+    }
+    found = {b["what"]: b["ratio"] for b in report.bounds(rows, big_batch=16)}
+    assert found == {
+        "bfloat16 training batch 16: TensorFlow matmul floor / timm/train/bfloat16/eager": pytest.approx(2.0),
+        # timm spends 1.0 - 0.4 = 0.6 s outside its products: 1.0 / (0.5 + 0.6)
+        "bfloat16 training batch 16: (TensorFlow matmul floor + timm's time outside its products) / "
+        "timm/train/bfloat16/eager": pytest.approx(1.0 / 1.1),
+    }
+
+
 def test_torch_floor_cases_run_in_the_peers_environment():
     built = cases.build_cases(peers=("torch_matmul",))
     names = [c.name for c in built]
     assert len(names) == len(set(names))
-    torch_floor = [c for c in built if c.runner == "torch_matmul"]
+    torch_floor = [c for c in built if c.runner == "torch_matmul" and c.task == "floor"]
     assert {c.dtype for c in torch_floor} == {"float32", "bfloat16"}
     assert all(c.is_peer and c.task == "floor" and c.batches == (1, 16) for c in torch_floor)
     tf_floor = [c for c in built if c.task == "floor" and c.runner == "matmul"]
     assert len(tf_floor) == 2 and not any(c.is_peer for c in tf_floor)
+    train_floors = [c for c in built if c.task == "train-floor"]
+    assert {(c.runner, c.dtype, c.arch, c.batches) for c in train_floors} == {
+        (runner, dtype, "S16", (16,)) for runner in ("matmul", "torch_matmul") for dtype in ("float32", "bfloat16")}
     assert not any(c.runner == "torch_matmul" for c in cases.build_cases(peers=("timm",)))
 
 

@@ -6,13 +6,14 @@ from keras import ops
 from keras_vit import validation
 from keras_vit.layers.attention import MultiHeadSelfAttention
 from keras_vit.layers.drop_path import DropPath
+from keras_vit.layers.gelu import training_gelu
 from keras_vit.layers.layer_norm import LayerNormalization
 from keras_vit.layers.initializers import glorot_uniform
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 def gelu_tanh(x):
-    """The tanh form of GELU (`flax.linen.gelu`), as a named activation for the MLP's first Dense."""
+    """The tanh form of GELU (`flax.linen.gelu`), as a named activation (the MLP's at inference)."""
     return keras.activations.gelu(x, approximate=True)
 
 
@@ -90,9 +91,8 @@ class TransformerBlock(keras.layers.Layer):
         width = input_shape[-1]
         policy = self.dtype_policy
         bias_init = keras.initializers.RandomNormal(stddev=1e-6)
-        self.mlp_dense_1 = keras.layers.Dense(
+        self.mlp_dense_1 = keras.layers.Dense(  # its GELU is applied by `_hidden`
             self.mlp_dim,
-            activation=gelu_tanh if self.gelu_approximate else "gelu",
             kernel_initializer=glorot_uniform(width, self.mlp_dim),
             bias_initializer=bias_init,
             name="mlp_dense_1",
@@ -123,16 +123,27 @@ class TransformerBlock(keras.layers.Layer):
     def _mlp(self, x, training):
         """Dense + GELU -> dropout -> Dense, applied to the tokens flattened to (B*T, D).
 
-        Flattening is free and makes each Dense a 2-D matmul; with the GELU as the Dense's own
-        activation, TensorFlow's oneDNN graph fuses matmul, bias and GELU into one kernel (a 3-D input
-        becomes a BatchMatMul that it does not fuse), faster in bfloat16 and float32 (figures in
-        benchmarks/README.md).
+        Flattening is free and makes each Dense a 2-D matmul; with the GELU right after the first Dense's
+        bias, TensorFlow's oneDNN graph fuses matmul, bias and GELU into one kernel at inference (a 3-D
+        input becomes a BatchMatMul that it does not fuse), faster in bfloat16 and float32 (figures in
+        benchmarks/README.md). While training the GELU is `training_gelu` (one compiled kernel each way
+        on TensorFlow).
         """
         tokens_shape = ops.shape(x)
-        hidden = keras.remat(self.mlp_dense_1) if training and self.rematerialize else self.mlp_dense_1
+        hidden = self._training_hidden if training else self._hidden
+        if training and self.rematerialize:
+            hidden = keras.remat(hidden)
         y = hidden(ops.reshape(x, (-1, x.shape[-1])))
         y = self.mlp_dense_2(self.dropout(y, training=training))
         return ops.reshape(y, tokens_shape)
+
+    def _hidden(self, tokens):
+        y = self.mlp_dense_1(tokens)
+        with keras.name_scope("mlp_gelu"):
+            return gelu_tanh(y) if self.gelu_approximate else keras.activations.gelu(y, approximate=False)
+
+    def _training_hidden(self, tokens):
+        return training_gelu(self.mlp_dense_1(tokens), approximate=self.gelu_approximate)
 
     def compute_output_shape(self, input_shape):
         return input_shape
