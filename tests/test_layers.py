@@ -340,6 +340,29 @@ def test_rematerialized_block_has_the_same_gradients_and_recomputes_only_while_t
     assert wrapped == []
 
 
+@pytest.mark.skipif(keras.config.backend() != "tensorflow", reason="gradients taken with tf.GradientTape")
+def test_layer_norm_trains_at_any_rank_in_one_process():
+    """Every LayerNorm of one epsilon shares one compiled gradient (an any-size model with shifted patches has
+    rank-4 and rank-3 ones): ranks 2, 4 and 3 in turn, each against Keras' op."""
+    import tensorflow as tf
+
+    rng = np.random.default_rng(5)
+    for shape in [(6, 8), (2, 3, 4, 8), (2, 5, 8)]:
+        x = tf.constant(rng.normal(1.0, 2.0, size=shape).astype("float32"))
+        ours, theirs = LayerNormalization(epsilon=1e-6), keras.layers.LayerNormalization(epsilon=1e-6)
+        ours.build(shape), theirs.build(shape)
+        ours.set_weights([rng.normal(size=8).astype("float32") for _ in range(2)])
+        theirs.set_weights(ours.get_weights())
+        grads = []
+        for layer in (ours, theirs):
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                loss = tf.reduce_sum(layer(x, training=True) * tf.range(8, dtype="float32") * x)
+            grads.append(tape.gradient(loss, [x, *layer.trainable_weights]))
+        for a, b in zip(*grads):
+            np.testing.assert_allclose(np.float32(a), np.float32(b), rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.skipif(keras.config.backend() != "tensorflow", reason="other backends run Keras' own op")
 @pytest.mark.parametrize("policy, atol", [("float32", 2e-6), ("mixed_bfloat16", 0.0), ("bfloat16", 0.0)])
 def test_layer_norm_computes_what_keras_layer_normalization_does(policy, atol, monkeypatch):

@@ -7,7 +7,7 @@ of ViT-S/16's bf16 step on an Intel AMX host. Here the forward and the gradient 
 XLA-compiled function (`jit_compile=True` inside the graph: one fused loop, in float32, cast back once),
 joined by `tf.custom_gradient`; a step compiled whole by XLA inlines them. Inference does not use it (the
 oneDNN graph fuses matmul, bias and GELU into one kernel there), nor do other backends (PyTorch and JAX
-fuse GELU and its gradient themselves): they get `keras.activations.gelu`.
+fuse GELU and its gradient themselves): they get `keras.activations.gelu`, as does float64.
 """
 
 import functools
@@ -31,7 +31,7 @@ def training_gelu(x, approximate: bool = True):
         >>> bool(np.allclose(training_gelu(x), keras.activations.gelu(x, approximate=True), atol=1e-6))
         True
     """
-    if keras.config.backend() != "tensorflow":
+    if keras.config.backend() != "tensorflow" or keras.backend.standardize_dtype(x.dtype) == "float64":
         return keras.activations.gelu(x, approximate=approximate)
     return _tensorflow_gelu(bool(approximate))(x)
 

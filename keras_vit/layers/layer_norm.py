@@ -68,15 +68,16 @@ def _tensorflow_training_norm(epsilon):
 
     @tf.function(jit_compile=True, autograph=False, reduce_retracing=True)
     def backward(x, gamma, upstream):
-        x_hat, inverse = normalized(tf.cast(x, tf.float32))
-        upstream32 = tf.cast(upstream, tf.float32)
-        rows = list(range(len(x.shape) - 1))
-        d_gamma = tf.reduce_sum(upstream32 * x_hat, axis=rows)
-        d_beta = tf.reduce_sum(upstream32, axis=rows)
+        rows = tf.stack([-1, tf.shape(x)[-1]])  # any rank (one function serves every LayerNorm): as (rows, D)
+        x_hat, inverse = normalized(tf.reshape(tf.cast(x, tf.float32), rows))
+        upstream32 = tf.reshape(tf.cast(upstream, tf.float32), rows)
+        d_gamma = tf.reduce_sum(upstream32 * x_hat, axis=0)
+        d_beta = tf.reduce_sum(upstream32, axis=0)
         d_hat = upstream32 * tf.cast(gamma, tf.float32)
         d_x = inverse * (d_hat - tf.reduce_mean(d_hat, axis=-1, keepdims=True)
                          - x_hat * tf.reduce_mean(d_hat * x_hat, axis=-1, keepdims=True))
-        return tf.cast(d_x, x.dtype), tf.cast(d_gamma, gamma.dtype), tf.cast(d_beta, gamma.dtype)
+        return (tf.reshape(tf.cast(d_x, x.dtype), tf.shape(x)), tf.cast(d_gamma, gamma.dtype),
+                tf.cast(d_beta, gamma.dtype))
 
     @tf.custom_gradient
     def norm(x, gamma, beta):
