@@ -1,7 +1,5 @@
 """`LayerNormalization`: Keras' layer of that name, written as TensorFlow runs it fastest."""
 
-import functools
-
 import keras
 from keras import ops
 
@@ -18,7 +16,7 @@ class LayerNormalization(keras.layers.LayerNormalization):
     gamma + beta` in float32 and casts once to the compute dtype: the same values (float32 statistics, as
     Keras computes them for bf16 and float16 inputs) in fewer passes over the tokens, 7% of ViT-B/16's bf16
     inference on an Intel AMX host (benchmarks/README.md). While training on TensorFlow, the forward pass and
-    its gradient are each one XLA-compiled float32 function (`_tensorflow_training_norm`), which keeps only
+    its gradient are each one XLA-compiled float32 function (`keras_vit.xla_training.layer_norm`), which keeps only
     the input for the backward pass: ViT-S/16's `mixed_bfloat16` step at batch 16 on an Intel AMX host took
     about 4% less time and 200 MiB less memory than with Keras' op. Other backends, other axes, RMS scaling
     and float64 run Keras' own op (PyTorch's fused `layer_norm`, XLA's fusion on JAX).
@@ -38,7 +36,9 @@ class LayerNormalization(keras.layers.LayerNormalization):
         if keras.config.backend() != "tensorflow" or not plain:
             return super().call(inputs)
         if training and keras.backend.standardize_dtype(inputs.dtype) != "float64":
-            y = _tensorflow_training_norm(self.epsilon)(inputs, self.gamma.value, self.beta.value)
+            from keras_vit import xla_training
+
+            y = xla_training.layer_norm(self.epsilon)(inputs, self.gamma.value, self.beta.value)
             return ops.cast(y, self.compute_dtype)
         dtype = keras.backend.result_type(inputs.dtype, "float32")
         x = ops.cast(inputs, dtype)
@@ -47,43 +47,3 @@ class LayerNormalization(keras.layers.LayerNormalization):
         y = centered * ops.rsqrt(variance + self.epsilon) * ops.cast(self.gamma, dtype) + ops.cast(self.beta, dtype)
         return ops.cast(y, self.compute_dtype)
 
-
-@functools.cache
-def _tensorflow_training_norm(epsilon):
-    """A TensorFlow training step's LayerNorm over the last axis: the forward and the gradient each one
-    XLA-compiled float32 function (`jit_compile=True` inside a graph, inlined by a step XLA compiles whole),
-    joined by `tf.custom_gradient`; the backward pass keeps only the input and recomputes the statistics."""
-    import tensorflow as tf
-
-    def normalized(x):
-        mean = tf.reduce_mean(x, axis=-1, keepdims=True)
-        centered = x - mean
-        inverse = tf.math.rsqrt(tf.reduce_mean(centered * centered, axis=-1, keepdims=True) + epsilon)
-        return centered * inverse, inverse
-
-    @tf.function(jit_compile=True, autograph=False, reduce_retracing=True)
-    def forward(x, gamma, beta):
-        x_hat, _ = normalized(tf.cast(x, tf.float32))
-        return tf.cast(x_hat * tf.cast(gamma, tf.float32) + tf.cast(beta, tf.float32), x.dtype)
-
-    @tf.function(jit_compile=True, autograph=False, reduce_retracing=True)
-    def backward(x, gamma, upstream):
-        rows = tf.stack([-1, tf.shape(x)[-1]])  # any rank (one function serves every LayerNorm): as (rows, D)
-        x_hat, inverse = normalized(tf.reshape(tf.cast(x, tf.float32), rows))
-        upstream32 = tf.reshape(tf.cast(upstream, tf.float32), rows)
-        d_gamma = tf.reduce_sum(upstream32 * x_hat, axis=0)
-        d_beta = tf.reduce_sum(upstream32, axis=0)
-        d_hat = upstream32 * tf.cast(gamma, tf.float32)
-        d_x = inverse * (d_hat - tf.reduce_mean(d_hat, axis=-1, keepdims=True)
-                         - x_hat * tf.reduce_mean(d_hat * x_hat, axis=-1, keepdims=True))
-        return (tf.reshape(tf.cast(d_x, x.dtype), tf.shape(x)), tf.cast(d_gamma, gamma.dtype),
-                tf.cast(d_beta, gamma.dtype))
-
-    @tf.custom_gradient
-    def norm(x, gamma, beta):
-        return forward(x, gamma, beta), lambda upstream: backward(x, gamma, upstream)
-
-    def read_and_norm(x, gamma, beta):  # the variables read outside, so that their gradients flow to them
-        return norm(x, tf.identity(gamma), tf.identity(beta))
-
-    return read_and_norm
