@@ -54,6 +54,7 @@ def test_frozen_bf16_export_computes_what_the_variables_export_does(exports):
     assert (np.argmax(outputs["auto"], -1) == np.argmax(outputs[False], -1)).all()
 
 
+@pytest.mark.e2e  # the default tier's time budget (10 minutes on 2 cores)
 def test_weights_are_frozen_up_to_the_limit_then_stay_variables_or_are_refused(tmp_path, monkeypatch):
     model = tiny_vit()
     assert _graph_ops(export_saved_model(model, tmp_path / "default")).get("ReadVariableOp", 0) == 0

@@ -331,6 +331,7 @@ def test_decoding_bombs_are_refused_before_any_decode_naming_the_limit_or_skippe
 # --- entries that are not images ----------------------------------------------------------------------------
 
 
+@pytest.mark.e2e  # the default tier's time budget (10 minutes on 2 cores)
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no named pipes")
 def test_a_fifo_named_like_an_image_is_left_out_with_a_warning_not_read(tmp_path):
     root = tmp_path / "images"

@@ -111,6 +111,7 @@ def diverged(tmp_path_factory):
     pytest.fail("no learning rate diverged after a good and a finite exploded checkpoint:\n" + "\n".join(messages))
 
 
+@pytest.mark.e2e  # the default tier's time budget (10 minutes on 2 cores)
 def test_a_divergence_before_any_good_checkpoint_says_there_is_none(tmp_path):
     # Adam without warm-up at 1e15: the first update already overflows.
     with pytest.raises(run_state.TrainingDiverged, match="no last good checkpoint") as info:
@@ -414,6 +415,7 @@ def test_the_header_check_agrees_with_tensorflows_decoder(tmp_path):
         assert name.startswith("good.") == decodes, name
 
 
+@pytest.mark.e2e  # the default tier's time budget (10 minutes on 2 cores)
 def test_bad_images_in_either_split_stop_the_run_before_training_naming_them(tmp_path):
     root = tmp_path / "images"
     write_folder(root)
