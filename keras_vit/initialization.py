@@ -54,6 +54,8 @@ def keras_fans(shape) -> tuple[int, int]:
 
 
 def _assign_uniform(variable, limit: float) -> None:
+    if "float" not in str(variable.dtype):  # a layer built quantized from a config: the file's weights follow
+        return
     variable.assign(keras.random.uniform(variable.shape, -limit, limit, dtype=variable.dtype))
 
 

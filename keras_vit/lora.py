@@ -2,7 +2,10 @@
 low-rank factors (Keras' own `Dense` / `EinsumDense.enable_lora`) while every other weight (biases, norms,
 tokens, the ResNet stem of a hybrid) is frozen; the head, if any, stays trainable (a new task's classifier must learn). The model's config records the
 adapters (`"lora"`), so `.keras` files and `from_config` rebuild a LoRA model; `merge_lora` folds them into the
-kernels; `save_lora_weights` / `load_lora_weights` move the adapters alone.
+kernels; `save_lora_weights` / `load_lora_weights` move the adapters with the task head they were trained with
+(PEFT's `modules_to_save`; `include_head=False` moves the adapters alone). Enabling LoRA on a model that was
+already compiled, fitted or used for `predict` drops Keras' traced functions and restarts its optimizer (a fresh
+one of the same config): the next `fit` trains the adapters, not the weights that were trainable before.
 
 The targets are the layer names inside each encoder block: `query`, `key`, `value`, `out` (the attention's
 projections) and `mlp_dense_1`, `mlp_dense_2` (the MLP). The default, `("query", "value")`, is the paper's and
@@ -30,6 +33,8 @@ TARGETS = ("query", "key", "value", "out", "mlp_dense_1", "mlp_dense_2")
 DEFAULT_TARGETS = ("query", "value")
 FILE_SUFFIX = ".lora.h5"
 _FILE_ATTRIBUTE = "keras_vit_lora"
+_HEAD_GROUP = "task_head"
+"""The group holding the task head's variables (`kernel`, `bias` as Keras orders them: datasets "0", "1")."""
 
 
 def check_arguments(rank, targets, width: int | None) -> tuple:
@@ -94,7 +99,19 @@ def enable(model, rank, targets=DEFAULT_TARGETS, alpha=None) -> dict:
         variable.trainable = id(variable) in kept
     for layer in layers:
         layer.enable_lora(int(rank), lora_alpha=alpha)
+    restart_training(model)
     return {"rank": int(rank), "alpha": float(layers[0].lora_alpha), "targets": list(targets)}
+
+
+def restart_training(model) -> None:
+    """Drops what Keras traced and built for the variables that trained before LoRA changed them, as Keras' own
+    `quantize` does: the compiled train / test / predict functions (a `predict` traced before kept the model
+    without adapters, a `fit` kept training the frozen weights) and a built optimizer, replaced by a fresh one of
+    the same config (its slots were the old trainable weights'; the next `fit` builds it for the adapters)."""
+    model.train_function = model.test_function = model.predict_function = None
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is not None and optimizer.built:
+        model.optimizer = type(optimizer).from_config(optimizer.get_config())
 
 
 def merged(model, rebuild):
@@ -115,8 +132,10 @@ def merged(model, rebuild):
     return plain
 
 
-def save(model, record: dict, path) -> None:
-    """Writes the adapters of `model` (LoRA `record`) to `path` (`*.lora.h5`) with the architecture they fit.
+def save(model, record: dict, path, include_head: bool = True) -> None:
+    """Writes the adapters of `model` (LoRA `record`) to `path` (`*.lora.h5`) with the architecture they fit
+    and, with `include_head` (the default), the task head trained beside them: what reproduces the task on a
+    fresh base model.
 
     Raises:
         ValueError: no LoRA on the model, or another file suffix.
@@ -129,21 +148,30 @@ def save(model, record: dict, path) -> None:
     layers = enabled_layers(model)
     if not layers:
         raise ValueError(f"Model {model.name!r} has no LoRA adapters: call enable_lora(rank) and train first.")
+    head = model_parts.head(model) if include_head else None
     with h5py.File(path, "w") as file:
         file.attrs[_FILE_ATTRIBUTE] = json.dumps({**record, "architecture": _architecture(model)})
         for layer in layers:
             group = file.create_group(layer.path)
             group["a"] = np.asarray(layer.lora_kernel_a.numpy())
             group["b"] = np.asarray(layer.lora_kernel_b.numpy())
+        if head is not None:
+            store = {}
+            head.save_own_variables(store)
+            group = file.create_group(_HEAD_GROUP)
+            for key, value in store.items():
+                group[key] = np.asarray(value)
 
 
-def load(model, path, enable_with) -> None:
+def load(model, path, enable_with, include_head: bool = True) -> None:
     """Reads adapters written by `save` into `model`, enabling LoRA with the file's rank and targets first if
-    needed (`enable_with(rank, targets, alpha)`), replacing any it has.
+    needed (`enable_with(rank, targets, alpha)`), replacing any it has; with `include_head`, the task head the
+    file holds too.
 
     Raises:
-        ValueError: a file that is not a keras_vit LoRA file, of another architecture, rank or targets, or
-            whose tensors do not fit (nothing is assigned then).
+        ValueError: a file that is not a keras_vit LoRA file, of another architecture, rank or targets, whose
+            head does not fit the model's, or whose tensors do not fit or are not finite (nothing is assigned
+            then).
     """
     import h5py
 
@@ -175,8 +203,11 @@ def load(model, path, enable_with) -> None:
         if sorted(expected) != sorted(_groups(file)):
             raise ValueError(f"The LoRA file {path!r} holds adapters for {len(_groups(file))} layers; the model has "
                              f"{len(expected)} {record['targets']} layers. It is damaged or of another model.")
+        head, head_arrays = model_parts.head(model), None
         untrusted.check_datasets(file, path, max_elements=10 * sum(
-            int(np.prod(layer.kernel.shape)) for layer in layers))
+            int(np.prod(layer.kernel.shape)) for layer in layers) + (head.count_params() if head else 0))
+        if include_head and _HEAD_GROUP in file:
+            head_arrays = _read_head(file[_HEAD_GROUP], head, path)
         arrays = {name: (file[name]["a"][()], file[name]["b"][()]) for name in expected}
     rank = record["rank"]
     for name, layer in expected.items():
@@ -185,11 +216,41 @@ def load(model, path, enable_with) -> None:
         if a.shape != shape[:-1] + (rank,) or b.shape != (rank, shape[-1]):
             raise ValueError(f"The LoRA file {path!r} holds {name} adapters of shapes {a.shape}, {b.shape}; a rank "
                              f"{rank} adapter of that layer is {shape[:-1] + (rank,)}, {(rank, shape[-1])}.")
+        for part, array in zip("ab", arrays[name]):
+            if not np.isfinite(array).all():
+                raise ValueError(f"The LoRA file {path!r} holds non-finite values (NaN or Inf) in {name}'s adapter "
+                                 f"{part}: it is damaged; save the adapters again from the trained model.")
     if not current:
         enable_with(rank, tuple(record["targets"]), record["alpha"])
     for name, layer in expected.items():
         layer.lora_kernel_a.assign(arrays[name][0])
         layer.lora_kernel_b.assign(arrays[name][1])
+    if head_arrays is not None:
+        head.load_own_variables(head_arrays)
+
+
+def _read_head(group, head, path) -> dict:
+    """The task head's variables from the file's `group`, once they fit `head` (the model's).
+
+    Raises:
+        ValueError: a model without a head, another number of classes, or non-finite values.
+    """
+    arrays = {key: group[key][()] for key in sorted(group.keys())}
+    theirs = [tuple(array.shape) for array in arrays.values()]
+    if head is None:
+        raise ValueError(f"The LoRA file {path!r} holds the task head it was trained with (shapes {theirs}), and "
+                         f"this model has no head (include_top=False): load the adapters alone with "
+                         f"load_lora_weights(..., include_head=False).")
+    mine = [tuple(variable.shape) for variable in head.weights]
+    if theirs != mine:
+        raise ValueError(f"The LoRA file {path!r} holds a task head of shapes {theirs}; this model's head is "
+                         f"{mine}. Build the base with the file's classes (classes={theirs[0][-1]}), or load the "
+                         f"adapters alone with load_lora_weights(..., include_head=False).")
+    for key, array in arrays.items():
+        if not np.isfinite(array).all():
+            raise ValueError(f"The LoRA file {path!r} holds non-finite values (NaN or Inf) in its task head "
+                             f"(variable {key}): it is damaged; save it again from the trained model.")
+    return arrays
 
 
 def _groups(file) -> list:

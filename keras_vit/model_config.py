@@ -24,16 +24,18 @@ MODEL_ATTRIBUTE = "keras_vit_model"
 
 @contextlib.contextmanager
 def dtype_policy(dtype):
-    """Builds layers under `dtype` (a policy or its name; None: the global policy), then restores the global one.
+    """Builds layers under `dtype` (a policy or its name, or a quantized model's `DTypePolicyMap`, whose layers
+    are then built quantized; None: the global policy), then restores the global one.
 
     Yields:
-        The policy's name, which `ConfigModel` records so that `from_config` builds under the same one.
+        The policy's name (a map's default policy), which `ConfigModel` records so that `from_config` builds
+        under the same one.
     """
     previous = keras.config.dtype_policy()
     policy = previous if dtype is None else keras.dtype_policies.get(dtype)
     keras.config.set_dtype_policy(policy)
     try:
-        yield policy.name
+        yield getattr(policy, "default_policy", policy).name
     finally:
         keras.config.set_dtype_policy(previous)
 
@@ -120,9 +122,10 @@ class ConfigModel(keras.Model):
     @classmethod
     def from_config(cls, config):
         dtype, policies = quantization.read_policy(config.get("dtype"))
-        model = cls(**{**config, "dtype": dtype})
-        if policies is not None:
-            quantization.apply_policy_map(model, policies)
+        if policies is None:
+            return cls(**{**config, "dtype": dtype})
+        model = cls(**{**config, "dtype": policies})  # each layer built in its own policy: int8 from the start
+        quantization.settle_policy_map(model, policies)
         return model
 
 

@@ -143,18 +143,21 @@ class VisionTransformer(model_config.ConfigModel):
         folded in: what to export, quantize or fine-tune again. This model is unchanged."""
         return lora.merged(self, type(self).from_config)
 
-    def save_lora_weights(self, filepath):
-        """Writes the adapters alone (a few MB for ViT-B) to `filepath` (`*.lora.h5`)."""
-        lora.save(self, getattr(self, "_lora", None), filepath)
+    def save_lora_weights(self, filepath, include_head=True):
+        """Writes the adapters (a few MB for ViT-B) to `filepath` (`*.lora.h5`) with the task head trained beside
+        them (PEFT's `modules_to_save`): loaded on a fresh base they reproduce the task. `include_head=False`
+        writes the adapters alone."""
+        lora.save(self, getattr(self, "_lora", None), filepath, include_head)
 
-    def load_lora_weights(self, filepath):
+    def load_lora_weights(self, filepath, include_head=True):
         """Reads adapters written by `save_lora_weights` on this architecture, enabling LoRA as the file says if
-        it is not enabled yet, and replacing the adapters it has.
+        it is not enabled yet, and replacing the adapters it has; with `include_head`, the file's task head too.
 
         Raises:
-            ValueError: a file of another architecture, rank or targets, or damaged; nothing is assigned then.
+            ValueError: a file of another architecture, rank, targets or head shape, or damaged; nothing is
+                assigned then.
         """
-        lora.load(self, filepath, lambda rank, targets, alpha: self.enable_lora(rank, targets, alpha))
+        lora.load(self, filepath, lambda rank, targets, alpha: self.enable_lora(rank, targets, alpha), include_head)
 
 
 def _check(a: dict) -> None:

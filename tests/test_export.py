@@ -435,3 +435,20 @@ def test_staging_left_by_a_killed_export_is_removed(tmp_path):
         (folder / "variables").mkdir(parents=True)
     export_saved_model(tiny_vit(num_layers=1), base, version=5)
     assert sorted(os.listdir(base)) == sorted(["5", live.name, other_host.name])
+
+
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o755), (0o027, 0o750)])
+def test_a_version_directory_is_readable_as_the_umask_allows(tmp_path, umask, mode):
+    """mkdtemp's 0700 staging directory, renamed into place, hid every version from a server running as another
+    user (main 9a09833)."""
+    import stat
+
+    from keras_vit.export import versions
+
+    previous = os.umask(umask)
+    try:
+        with versions.staged(str(tmp_path / "m" / "1")) as staging:
+            (tmp_path / "m" / os.path.basename(staging) / "saved_model.pb").write_bytes(b"")
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE(os.stat(tmp_path / "m" / "1").st_mode) == mode

@@ -134,3 +134,73 @@ def test_exports_write_the_merged_model(x):
     np.testing.assert_allclose(outputs(served, x), outputs(model, x), rtol=1e-5, atol=1e-5)
     plain = tiny()
     assert serving_form(plain) is plain
+
+
+def _labels(n):
+    return np.arange(n) % TINY["classes"]
+
+
+@pytest.mark.parametrize("first", ["fit", "predict"])
+def test_lora_enabled_after_a_first_fit_or_predict_trains_the_adapters(first, x):
+    """Keras' traced functions and built optimizer held the old trainable set: a `fit` after `enable_lora`
+    trained the frozen kernels, a `predict` returned the model without its adapters (main 9a09833)."""
+    model = tiny()
+    model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    batch = np.concatenate([x] * 4)
+    getattr(model, first)(*((batch, _labels(8)) if first == "fit" else (batch,)), verbose=0)
+    model.enable_lora(4)
+    trained_adapters(model)
+    np.testing.assert_allclose(model.predict(batch, verbose=0), outputs(model, batch), rtol=1e-5, atol=1e-5)
+    frozen = {w.path: keras.ops.convert_to_numpy(w) for w in model.weights if not w.trainable}
+    lora_b = {w.path: keras.ops.convert_to_numpy(w) for w in model.trainable_weights if "lora_kernel_b" in w.path}
+    model.fit(batch, _labels(8), epochs=2, verbose=0)
+    changed = [w.path for w in model.weights if w.path in frozen
+               and not np.array_equal(frozen[w.path], keras.ops.convert_to_numpy(w))]
+    assert changed == []
+    now = {w.path: keras.ops.convert_to_numpy(w) for w in model.trainable_weights}
+    assert lora_b and all(not np.array_equal(value, now[path]) for path, value in lora_b.items())
+
+
+def test_an_adapters_file_reproduces_the_task_on_a_fresh_base(x, tmp_path):
+    """The head trains beside the adapters: the file holds it (PEFT's `modules_to_save`), unless left out."""
+    base = tiny()
+    base.save_weights(tmp_path / "base.weights.h5")
+    model = tiny()
+    model.load_weights(tmp_path / "base.weights.h5")
+    model.enable_lora(2)
+    trained_adapters(model)
+    model.get_layer("head").kernel.assign(np.ones((32, 3), "float32"))  # as after training a new head
+    model.save_lora_weights(tmp_path / "task.lora.h5")
+    model.save_lora_weights(tmp_path / "alone.lora.h5", include_head=False)
+
+    def fresh():
+        plain = tiny()
+        plain.load_weights(tmp_path / "base.weights.h5")
+        return plain
+
+    restored = fresh()
+    restored.load_lora_weights(tmp_path / "task.lora.h5")
+    np.testing.assert_allclose(outputs(restored, x), outputs(model, x), rtol=1e-5, atol=1e-5)
+    for path, include_head in (("alone.lora.h5", True), ("task.lora.h5", False)):
+        adapters_only = fresh()
+        adapters_only.load_lora_weights(tmp_path / path, include_head=include_head)
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(adapters_only.get_layer("head").kernel),
+                                      keras.ops.convert_to_numpy(base.get_layer("head").kernel))
+    with pytest.raises(ValueError, match=r"head of shapes \[\(32, 3\), \(3,\)\]; this model's head is "
+                                         r"\[\(32, 7\), \(7,\)\].*classes=3.*include_head=False"):
+        tiny(classes=7).load_lora_weights(tmp_path / "task.lora.h5")
+    assert not lora.enabled_layers(tiny(classes=7))
+
+
+def test_non_finite_adapters_are_refused(tmp_path):
+    import h5py
+
+    model = tiny()
+    model.enable_lora(2)
+    model.save_lora_weights(tmp_path / "nan.lora.h5")
+    with h5py.File(tmp_path / "nan.lora.h5", "a") as file:
+        file["encoder_block_1/attention/value/b"][0, 0] = np.nan
+    fresh = tiny()
+    with pytest.raises(ValueError, match="non-finite values .* encoder_block_1/attention/value's adapter b"):
+        fresh.load_lora_weights(tmp_path / "nan.lora.h5")
+    assert not lora.enabled_layers(fresh)

@@ -357,7 +357,10 @@ def checked_format(encoded: tf.Tensor, index: tf.Tensor, limits: Limits,
     cost = header_cost(encoded, fmt, index, limits, (limits.max_request_pixels - used) // GIF_BLOCK_PIXELS)
     with tf.control_dependencies([check_pixel_limit(cost[:3], limits.max_pixels, index)]):
         pixels = tf.minimum(cost[0] * cost[1] * cost[2], limits.max_pixels + 1)
-        total = used + pixels + cost[3] * GIF_BLOCK_PIXELS
+        # One reduction, not a chain of adds: grappler rewrites a chain inside the scan's loop into a per-step
+        # temporary variable that outlives the first call of a large SavedModel (every later request failed
+        # with AlreadyExistsError on ViT-B/16).
+        total = tf.reduce_sum(tf.stack([used, pixels, cost[3] * GIF_BLOCK_PIXELS]))
     with tf.control_dependencies([check_request_work(total, limits.max_request_pixels, index)]):
         return tf.identity(fmt), tf.identity(total)
 

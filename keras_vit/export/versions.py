@@ -76,6 +76,13 @@ def remove_stale_staging(parent: str) -> list[str]:
     return removed
 
 
+def _umask() -> int:
+    """The process's umask (read by setting it, then restoring it)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 @contextlib.contextmanager
 def staged(path: str):
     """Yields a staging directory beside `path`; on success replaces `path` with it, else removes it."""
@@ -87,6 +94,7 @@ def staged(path: str):
     staging = tempfile.mkdtemp(prefix=prefix, dir=parent)
     try:
         yield staging
+        os.chmod(staging, 0o777 & ~_umask())  # mkdtemp's 0700 would hide the version from a server of another user
         if os.path.exists(path):
             shutil.rmtree(path)
         os.replace(staging, path)
