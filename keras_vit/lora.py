@@ -23,11 +23,16 @@ Example:
     True
 """
 
+import hashlib
 import json
+import logging
 
+import keras
 import numpy as np
 
 from keras_vit import model_parts
+
+log = logging.getLogger("keras_vit")
 
 TARGETS = ("query", "key", "value", "out", "mlp_dense_1", "mlp_dense_2")
 DEFAULT_TARGETS = ("query", "value")
@@ -150,7 +155,8 @@ def save(model, record: dict, path, include_head: bool = True) -> None:
         raise ValueError(f"Model {model.name!r} has no LoRA adapters: call enable_lora(rank) and train first.")
     head = model_parts.head(model) if include_head else None
     with h5py.File(path, "w") as file:
-        file.attrs[_FILE_ATTRIBUTE] = json.dumps({**record, "architecture": _architecture(model)})
+        file.attrs[_FILE_ATTRIBUTE] = json.dumps({**record, "architecture": _architecture(model),
+                                                  "base_sha256": base_fingerprint(layers)})
         for layer in layers:
             group = file.create_group(layer.path)
             group["a"] = np.asarray(layer.lora_kernel_a.numpy())
@@ -220,6 +226,11 @@ def load(model, path, enable_with, include_head: bool = True) -> None:
             if not np.isfinite(array).all():
                 raise ValueError(f"The LoRA file {path!r} holds non-finite values (NaN or Inf) in {name}'s adapter "
                                  f"{part}: it is damaged; save the adapters again from the trained model.")
+    if record.get("base_sha256") not in (None, base_fingerprint(layers)):
+        log.warning("The LoRA file %s was trained on a base whose %s kernels differ from this model's: its outputs "
+                    "will differ from the trained model's. Load it into the model the adapters were trained on "
+                    "(the published file, or your own model saved before enable_lora).", path,
+                    "/".join(record["targets"]))
     if not current:
         enable_with(rank, tuple(record["targets"]), record["alpha"])
     for name, layer in expected.items():
@@ -251,6 +262,14 @@ def _read_head(group, head, path) -> dict:
             raise ValueError(f"The LoRA file {path!r} holds non-finite values (NaN or Inf) in its task head "
                              f"(variable {key}): it is damaged; save it again from the trained model.")
     return arrays
+
+
+def base_fingerprint(layers) -> str:
+    """The sha256 of the frozen kernels under the adapters of `layers` (`target_layers`): which base they fit."""
+    digest = hashlib.sha256()
+    for layer in layers:
+        digest.update(np.ascontiguousarray(keras.ops.convert_to_numpy(layer._kernel), np.float32).tobytes())
+    return digest.hexdigest()
 
 
 def _groups(file) -> list:

@@ -14,83 +14,28 @@ exits by itself after 180 s.
 """
 
 import base64
-import json
-import os
-import socket
-import subprocess
-import time
-import urllib.error
-import urllib.request
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from export_fixtures import encode, random_image, tiny_vit
+import kserve_client
+from kserve_client import post
 from keras_vit.export import export_saved_model
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
 SERVER_SECONDS = 180
-
-
-def _kserve_python():
-    candidates = [os.environ.get("KERAS_VIT_KSERVE_PYTHON"), os.path.join(ROOT, ".venv-kserve", "bin", "python")]
-    for python in filter(None, candidates):
-        if os.path.exists(python):
-            return python
-    pytest.skip(
-        "KServe's model server is not installed: kserve pins protobuf<7 and the project venv has protobuf 7, so "
-        "it needs its own venv: `python3 -m venv .venv-kserve && .venv-kserve/bin/pip install kserve "
-        "tensorflow-cpu` (or set KERAS_VIT_KSERVE_PYTHON)"
-    )
-
-
-def _free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _post(url, body, timeout=60):
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as reply:
-            return reply.status, json.loads(reply.read())
-    except urllib.error.HTTPError as error:
-        return error.code, error.read().decode(errors="replace")
-
-
-def _wait_ready(url, server, deadline):
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            pytest.fail(f"the server exited with {server.returncode}: {server.stdout.read()[-3000:]}")
-        try:
-            with urllib.request.urlopen(url, timeout=5) as reply:
-                if json.loads(reply.read()).get("ready"):
-                    return
-        except (urllib.error.URLError, ConnectionError, json.JSONDecodeError):
-            pass
-        time.sleep(1)
-    pytest.fail("the server did not become ready in time")
 
 
 @pytest.mark.external  # a TF Serving-compatible server in its own environment
 def test_tf_serving_rest_round_trip(tmp_path):
-    python = _kserve_python()
     model_name = "vit_tiny"
     path = export_saved_model(tiny_vit(), tmp_path / model_name, top_k=3)
-    port = _free_port()
-    env = {**os.environ, "KVIT_SAVED_MODEL": path, "KVIT_MODEL_NAME": model_name, "KVIT_PORT": str(port),
-           "KVIT_SERVER_SECONDS": str(SERVER_SECONDS)}
-    server = subprocess.Popen([python, os.path.join(HERE, "export_kserve_server.py")], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    base = f"http://127.0.0.1:{port}/v1/models/{model_name}"
+    server, base = kserve_client.start(path, model_name, SERVER_SECONDS)
     try:
-        _wait_ready(base, server, time.monotonic() + 150)
         images = [encode(random_image((40, 30, 3), 1), "PNG"),
                   tf.io.encode_jpeg(random_image((20, 50, 3), 2)).numpy()]
-        status, reply = _post(f"{base}:predict", {"instances": [{"b64": base64.b64encode(b).decode()} for b in images]})
+        status, reply = post(f"{base}:predict", {"instances": [{"b64": base64.b64encode(b).decode()} for b in images]})
         assert status == 200, reply
         expected = tf.saved_model.load(path).signatures["serving_default"](images=tf.constant(images))
         predictions = reply["predictions"]
@@ -99,14 +44,9 @@ def test_tf_serving_rest_round_trip(tmp_path):
         assert [p["classes"] for p in predictions] == expected["classes"].numpy().tolist()
         assert [p["labels"] for p in predictions] == [[f"class_{c}" for c in row] for row in expected["classes"].numpy()]
 
-        status, reply = _post(f"{base}:predict", {"instances": [{"b64": base64.b64encode(b"not an image").decode()}]})
+        status, reply = post(f"{base}:predict", {"instances": [{"b64": base64.b64encode(b"not an image").decode()}]})
         assert status == 400 and "Not a JPEG, PNG, GIF or BMP" in reply
-        status, _ = _post(f"{base}:predict", {"instances": [{"b64": base64.b64encode(images[0]).decode()}]})
+        status, _ = post(f"{base}:predict", {"instances": [{"b64": base64.b64encode(images[0]).decode()}]})
         assert status == 200  # the server survived the bad request
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait(timeout=30)
+        kserve_client.stop(server)

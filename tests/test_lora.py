@@ -161,7 +161,7 @@ def test_lora_enabled_after_a_first_fit_or_predict_trains_the_adapters(first, x)
     assert lora_b and all(not np.array_equal(value, now[path]) for path, value in lora_b.items())
 
 
-def test_an_adapters_file_reproduces_the_task_on_a_fresh_base(x, tmp_path):
+def test_an_adapters_file_reproduces_the_task_on_a_fresh_base(x, tmp_path, caplog):
     """The head trains beside the adapters: the file holds it (PEFT's `modules_to_save`), unless left out."""
     base = tiny()
     base.save_weights(tmp_path / "base.weights.h5")
@@ -181,6 +181,9 @@ def test_an_adapters_file_reproduces_the_task_on_a_fresh_base(x, tmp_path):
     restored = fresh()
     restored.load_lora_weights(tmp_path / "task.lora.h5")
     np.testing.assert_allclose(outputs(restored, x), outputs(model, x), rtol=1e-5, atol=1e-5)
+    assert "differ" not in caplog.text
+    tiny().load_lora_weights(tmp_path / "task.lora.h5")  # another base: loads, and says so
+    assert "trained on a base whose query/value kernels differ from this model's" in caplog.text
     for path, include_head in (("alone.lora.h5", True), ("task.lora.h5", False)):
         adapters_only = fresh()
         adapters_only.load_lora_weights(tmp_path / path, include_head=include_head)

@@ -4,7 +4,7 @@
     python -m keras_vit.export --model=runs/x/model.keras --out=models/x --version=2
     python -m keras_vit.export --model=vit_b16 --weights=none --out=models/vit_b16 --format=tflite
     python -m keras_vit.export --model=vit_b16 --weights=none --out=models/vit_b16_bf16 --precision=bfloat16
-    python -m keras_vit.export --model=runs/x/model.keras --out=models/x_ov --format=openvino --precision=int8 \
+    python -m keras_vit.export --model=runs/x/model.keras --out=models/x_ov --format=openvino --precision=int8 \\
         --calibration_images=calibration/
 
 `--precision` by format (`PRECISIONS`; any other pair is a usage error): a SavedModel computes in float32 or
@@ -53,8 +53,8 @@ FORMATS = tuple(PRECISIONS)
 FLAGS = flags.FlagValues()
 cli_model.define_model(FLAGS, required=True)
 cli_model.define_weights(FLAGS, required=True, purpose="the served predictions")
-cli.define_out(FLAGS, "The TF Serving model base path: SavedModels go to OUT/<version>/, TFLite files to "
-               "OUT/tflite/, ONNX to OUT/onnx/.")
+cli.define_out(FLAGS, "The model base path TF Serving or OpenVINO Model Server watches: SavedModels and "
+               "OpenVINO IRs go to OUT/<version>/, TFLite files to OUT/tflite/, ONNX to OUT/onnx/.")
 flags.DEFINE_enum("format", "saved_model", list(FORMATS), "What to write.", flag_values=FLAGS)
 flags.DEFINE_integer("version", None, "SavedModel version, from 1 to 2**63-1 (TF Serving's int64; default: the next "
                      "free integer, 1 for a new --out).", flag_values=FLAGS)

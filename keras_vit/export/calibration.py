@@ -21,11 +21,26 @@ MAX_FILE_BYTES = 32 * 2**20
 """A calibration image file larger than this is refused before it is read (a 224x224 image is ~0.1 MB)."""
 
 
+def _image_paths(folder: str) -> list:
+    """The image files of `folder` and of its sub-folders one level down (a training folder's class folders, as
+    `keras.utils.image_dataset_from_directory` lays them out), relative to `folder`, sorted."""
+    found = []
+    for entry in sorted(os.scandir(folder), key=lambda entry: entry.name):
+        if entry.is_dir(follow_symlinks=False):
+            found += [os.path.join(entry.name, name) for name in sorted(os.listdir(entry.path))
+                      if name.lower().endswith(EXTENSIONS)]
+        elif entry.name.lower().endswith(EXTENSIONS):
+            found.append(entry.name)
+    return sorted(found)
+
+
 def read_folder(folder, height: int, width: int, minimum: int = 8, maximum: int = 300) -> list:
-    """The first `maximum` images of `folder` (by name) as (height, width, 3) float32 arrays in 0..255.
+    """The first `maximum` images of `folder` and its class sub-folders (by path) as (height, width, 3) float32
+    arrays in 0..255.
 
     Raises:
-        ValueError: not a folder, fewer than `minimum` images, a file too large, undecodable, or of another
+        ValueError: not a folder, fewer than `minimum` images, a file that is not a regular file, too large,
+            undecodable, or of another
             size than the model's (named, with its size): nothing is resized silently.
     """
     import tensorflow as tf
@@ -34,7 +49,7 @@ def read_folder(folder, height: int, width: int, minimum: int = 8, maximum: int 
     if not os.path.isdir(folder):
         raise ValueError(f"The calibration images must be a folder of images. Received: "
                          f"calibration_images={folder!r} (not a folder)")
-    names = sorted(name for name in os.listdir(folder) if name.lower().endswith(EXTENSIONS))
+    names = _image_paths(folder)
     if len(names) < minimum:
         raise ValueError(f"The calibration folder holds {len(names)} images ({', '.join(EXTENSIONS)}); int8 "
                          f"calibration needs at least {minimum}, like the images the model will serve. Received: "
@@ -42,6 +57,8 @@ def read_folder(folder, height: int, width: int, minimum: int = 8, maximum: int 
     images = []
     for name in names[:maximum]:
         path = os.path.join(folder, name)
+        if not os.path.isfile(path):  # a FIFO would block the read, a device never end
+            raise ValueError(f"The calibration image {path!r} is not a regular file. Remove it from the folder.")
         size = os.path.getsize(path)
         if size > MAX_FILE_BYTES:
             raise ValueError(f"The calibration image {path!r} is {size:,} bytes (limit {MAX_FILE_BYTES:,}). "

@@ -105,6 +105,8 @@ def export(model, export_base, version=None, precision="float32", calibration_im
     ir.outputs[0].get_tensor().set_names({spec.output_name})
     if nncf is not None:
         nncf.set_log_level(logging.ERROR)
+        logger.info("Calibrating int8 on %d images with NNCF (about a minute for ViT-B/16 on 2 cores) ...",
+                    len(samples))
         with contextlib.redirect_stdout(io.StringIO()):  # the tools' own progress lines only: no bars of NNCF's
             ir = nncf.quantize(ir, nncf.Dataset([sample[None] for sample in samples]),
                                model_type=nncf.ModelType.TRANSFORMER, subset_size=len(samples),
