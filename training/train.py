@@ -253,10 +253,10 @@ def main(argv):
         print(f"error: {error}", file=sys.stderr, flush=True)
         sys.exit(1)
     except ImageFailedMidRunError as error:  # before InvalidDatasetError, its base class: a status of its own
-        print(f"error: {error}", file=sys.stderr, flush=True)
+        print(f"error: {cli.flag_spelling(str(error), FLAGS)}", file=sys.stderr, flush=True)
         sys.exit(error.exit_status)
     except (WorkdirError, DatasetNotFoundError, InvalidDatasetError, ModelBuildError, teacher.TeacherError) as error:
-        print(f"error: {error}", file=sys.stderr, flush=True)
+        print(f"error: {cli.flag_spelling(str(error), FLAGS)}", file=sys.stderr, flush=True)  # in the flags' words
         sys.exit(2)
     except Exception as error:  # noqa: BLE001  a full disk wherever the run wrote: its own status
         if not is_disk_full(error):
