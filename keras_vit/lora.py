@@ -93,30 +93,66 @@ def enable(model, rank, targets=DEFAULT_TARGETS, alpha=None) -> dict:
         raise ValueError(f"Model {model.name!r} has no {'/'.join(targets)} layer for LoRA: it applies to a ViT's "
                          f"encoder blocks. Received: targets={targets!r}")
     check_arguments(rank, targets, int(model.get_config()["hidden_size"]))
+    check_alpha(alpha)
     quantized = quantization.quantized_layers(model)
     if quantized:
         raise ValueError(f"LoRA on a quantized model is not kept by keras_vit's config (layer {quantized[0].path!r} "
                          f"is {quantized[0].quantization_mode}). Enable LoRA on the float model, then quantize the "
                          f"merged model (merge_lora()).")
+    optimizer = fresh_optimizer(model)  # before any change: an optimizer that cannot be rebuilt changes nothing
     head = model_parts.head(model) if model_parts.is_vit(model) else None
     kept = {id(variable) for variable in (head.weights if head is not None else ())}
     for variable in model.weights:
         variable.trainable = id(variable) in kept
     for layer in layers:
         layer.enable_lora(int(rank), lora_alpha=alpha)
-    restart_training(model)
+    # Keras' compiled train / test / predict functions hold the variables they were traced with (a `predict`
+    # traced before kept the model without adapters, a `fit` kept training the frozen weights): dropped, as Keras'
+    # own `quantize` does, and a built optimizer replaced by `fresh_optimizer`'s.
+    model.train_function = model.test_function = model.predict_function = None
+    if optimizer is not None:
+        model.optimizer = optimizer
     return {"rank": int(rank), "alpha": float(layers[0].lora_alpha), "targets": list(targets)}
 
 
-def restart_training(model) -> None:
-    """Drops what Keras traced and built for the variables that trained before LoRA changed them, as Keras' own
-    `quantize` does: the compiled train / test / predict functions (a `predict` traced before kept the model
-    without adapters, a `fit` kept training the frozen weights) and a built optimizer, replaced by a fresh one of
-    the same config (its slots were the old trainable weights'; the next `fit` builds it for the adapters)."""
-    model.train_function = model.test_function = model.predict_function = None
+def check_alpha(alpha) -> None:
+    """Refuses a LoRA `alpha` that is not None or a finite positive number.
+
+    Raises:
+        ValueError: naming the value.
+    """
+    if alpha is not None and (isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.integer, np.floating))
+                              or not np.isfinite(alpha) or alpha <= 0):
+        raise ValueError(f"The LoRA alpha must be a finite positive number (the adapters are scaled by alpha / rank), "
+                         f"or None for the rank. Received: alpha={alpha!r}")
+
+
+def fresh_optimizer(model):
+    """None if `model` has no built optimizer; else a new one of its config, for the adapters: its slots were the
+    old trainable weights'. It is made under the strategy the old one was made under (a `tf.distribute` model's
+    variables are mirrored), keeps its weight-decay exclusions, and starts at step 0 (a schedule restarts; a
+    `LossScaleOptimizer` starts from its initial scale).
+
+    Raises:
+        ValueError: an optimizer that cannot be rebuilt from its config (compile the model again instead).
+    """
+    import contextlib
+
     optimizer = getattr(model, "optimizer", None)
-    if optimizer is not None and optimizer.built:
-        model.optimizer = type(optimizer).from_config(optimizer.get_config())
+    if optimizer is None or not optimizer.built:
+        return None
+    strategy = getattr(optimizer, "_distribution_strategy", None)  # TensorFlow's optimizers record theirs
+    try:
+        with strategy.scope() if strategy is not None else contextlib.nullcontext():
+            fresh = type(optimizer).from_config(optimizer.get_config())
+    except Exception as error:  # noqa: BLE001  any failure of a user's optimizer class: one line, nothing changed
+        raise ValueError(f"enable_lora needs a new optimizer for the adapters, and {type(optimizer).__name__} cannot "
+                         f"be rebuilt from its config ({type(error).__name__}: {error}). Call enable_lora before "
+                         f"compile, or compile the model again after it.") from None
+    for name in ("_exclude_from_weight_decay", "_exclude_from_weight_decay_pattern"):
+        if hasattr(optimizer, name):
+            setattr(fresh, name, getattr(optimizer, name))
+    return fresh
 
 
 def merged(model, rebuild):
@@ -153,6 +189,9 @@ def save(model, record: dict, path, include_head: bool = True) -> None:
     layers = enabled_layers(model)
     if not layers:
         raise ValueError(f"Model {model.name!r} has no LoRA adapters: call enable_lora(rank) and train first.")
+    if not any(np.any(keras.ops.convert_to_numpy(layer.lora_kernel_b)) for layer in layers):
+        log.warning("Saving LoRA adapters that are all zero to %s: the model is unchanged by them (not trained yet, or "
+                    "a LoRA model reloaded from .keras, which holds its adapters merged into the kernels).", path)
     head = model_parts.head(model) if include_head else None
     with h5py.File(path, "w") as file:
         file.attrs[_FILE_ATTRIBUTE] = json.dumps({**record, "architecture": _architecture(model),
@@ -216,6 +255,10 @@ def load(model, path, enable_with, include_head: bool = True) -> None:
             head_arrays = _read_head(file[_HEAD_GROUP], head, path)
         arrays = {name: (file[name]["a"][()], file[name]["b"][()]) for name in expected}
     rank = record["rank"]
+    try:
+        check_alpha(record.get("alpha"))
+    except ValueError as error:
+        raise ValueError(f"The LoRA file {path!r} is damaged: {error}") from None
     for name, layer in expected.items():
         a, b = arrays[name]
         shape = tuple(layer.kernel.shape)
@@ -246,7 +289,12 @@ def _read_head(group, head, path) -> dict:
     Raises:
         ValueError: a model without a head, another number of classes, or non-finite values.
     """
-    arrays = {key: group[key][()] for key in sorted(group.keys())}
+    keys = sorted(group.keys(), key=lambda key: (len(key), key))
+    if keys != [str(index) for index in range(len(keys))] or not all(hasattr(group[key], "shape") for key in keys):
+        raise ValueError(f"The LoRA file {path!r} holds a task head group {_HEAD_GROUP!r} of entries {keys[:4]}; "
+                         f"keras_vit writes datasets '0' (kernel) and '1' (bias). It is damaged or not a keras_vit "
+                         f"LoRA file.")
+    arrays = {key: group[key][()] for key in keys}
     theirs = [tuple(array.shape) for array in arrays.values()]
     if head is None:
         raise ValueError(f"The LoRA file {path!r} holds the task head it was trained with (shapes {theirs}), and "
@@ -267,7 +315,8 @@ def _read_head(group, head, path) -> dict:
 def base_fingerprint(layers) -> str:
     """The sha256 of the frozen kernels under the adapters of `layers` (`target_layers`): which base they fit."""
     digest = hashlib.sha256()
-    for layer in layers:
+    for layer in sorted(layers, key=lambda layer: layer.path):
+        digest.update(layer.path.encode() + b"\0")
         digest.update(np.ascontiguousarray(keras.ops.convert_to_numpy(layer._kernel), np.float32).tobytes())
     return digest.hexdigest()
 

@@ -60,13 +60,14 @@ def check_not_quantized(model) -> None:
                          f"(rebuild it with keras_vit.ViT(weights=<float file>)).")
 
 
-def policy_map(model):
-    """The `DTypePolicyMap` of a quantized `model`: its quantized layers' policies by path over the model's own
-    policy; None for a float model."""
+def policy_map(model, default=None):
+    """The `DTypePolicyMap` of a quantized `model`: its quantized layers' policies by path over `default` (the
+    policy its layers were built under; None: the model's own); None for a float model."""
     layers = quantized_layers(model)
     if not layers:
         return None
-    policies = keras.dtype_policies.DTypePolicyMap(default_policy=model.dtype_policy)
+    default = model.dtype_policy if default is None else keras.dtype_policies.get(default)
+    policies = keras.dtype_policies.DTypePolicyMap(default_policy=default)
     for layer in layers:
         policies[layer.path] = layer.dtype_policy
     return policies

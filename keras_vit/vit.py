@@ -132,9 +132,13 @@ class VisionTransformer(model_config.ConfigModel):
         """LoRA adapters of `rank` on the encoder's `targets` projections, the rest of the encoder frozen
         (`keras_vit.lora`); `alpha` scales them by `alpha / rank` (default: `rank`, i.e. 1).
 
+        Called after `compile`, `fit` or `predict`, it drops Keras' traced functions and gives the model a fresh
+        optimizer of the same config (`keras_vit.lora.fresh_optimizer`): the next `fit` trains the adapters.
+
         Raises:
-            ValueError: LoRA already enabled, a rank outside 1..hidden_size, an unknown target, or a quantized
-                model; nothing is changed then.
+            ValueError: LoRA already enabled, a rank outside 1..hidden_size, an unknown target, an alpha that is not
+                a finite positive number, a quantized model, or a compiled optimizer that cannot be rebuilt from
+                its config; nothing is changed then.
         """
         self._lora = lora.enable(self, rank, targets, alpha)
 

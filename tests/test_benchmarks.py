@@ -523,3 +523,12 @@ def test_accelerator_wheels_fit_the_interpreter_and_out_of_memory_is_recognised(
     assert not accelerator_wheels.fits("optree-0.20.0-cp39-cp39-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl")
     assert runner_accelerator.is_oom(RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate"))
     assert not runner_accelerator.is_oom(ValueError("shapes do not match"))
+
+
+def test_quantized_load_benchmark_runs_quick(tmp_path):
+    out = tmp_path / "load.json"
+    subprocess.run([sys.executable, os.path.join(REPO, "benchmarks", "quantized_load.py"), "--quick", "--repeats=1",
+                    f"--json={out}"], check=True, capture_output=True, text=True, timeout=600)
+    result = json.loads(out.read_text())
+    assert set(result["median_s"]) == {"float32", "int8"} and result["ratio"] == pytest.approx(
+        result["median_s"]["int8"] / result["median_s"]["float32"])

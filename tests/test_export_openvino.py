@@ -44,6 +44,8 @@ def test_float32_matches_keras_and_records_its_hint(model, pixels, tmp_path):
     np.testing.assert_allclose(compiled(pixels)[0], keras_reference(model, pixels), atol=1e-5)
     sidecar = json.load(open(os.path.join(path, ov_export.SIDECAR)))
     assert sidecar["plugin_config"] == {"INFERENCE_PRECISION_HINT": "f32"} and sidecar["max_batch_size"] == 8
+    assert sidecar["labels"] == "labels.txt"  # the IR has no place for them: a file beside it
+    assert open(os.path.join(path, "labels.txt")).read().split("\n")[:2] == ["class_0", "class_1"]
     with pytest.raises(RuntimeError):  # the batch bound lives in the IR: 9 images are refused by OpenVINO itself
         compiled(np.zeros((9, SIZE, SIZE, 3), np.float32))
 
@@ -54,8 +56,11 @@ def test_bfloat16_is_the_same_ir_served_in_bf16(model, pixels, tmp_path):
     compiled = ov_export.compile_model(path)
     assert "bf" in str(compiled.get_property("INFERENCE_PRECISION_HINT")).lower() or "bfloat" in str(
         compiled.get_property("INFERENCE_PRECISION_HINT"))
-    # bf16 keeps 8 bits of mantissa: probabilities within 0.02 of float32 here (measured: ~0.006)
-    np.testing.assert_allclose(compiled(pixels)[0], keras_reference(model, pixels), atol=0.02)
+    # bf16 keeps 8 bits of mantissa: probabilities within 0.04 of float32 here, the same class first (measured:
+    # ~0.006 on an Intel Xeon with AMX, 0.029 on an AMD EPYC with AVX512-BF16, where OpenVINO keeps more in bf16)
+    served, reference = compiled(pixels)[0], keras_reference(model, pixels)
+    np.testing.assert_allclose(served, reference, atol=0.04)
+    np.testing.assert_array_equal(served.argmax(axis=1), reference.argmax(axis=1))
 
 
 @pytest.mark.e2e  # the default tier's time budget (10 minutes on 2 cores)
@@ -94,6 +99,27 @@ def test_a_broken_calibration_image_is_named(tmp_path):
     (tmp_path / "calibration" / "z.png").write_bytes(b"\x89PNG\r\n\x1a\nbroken")
     with pytest.raises(ValueError, match=r"z.png' cannot be decoded"):
         calibration.read_folder(folder, SIZE, SIZE)
+
+
+def test_calibration_reads_class_sub_folders_and_refuses_what_is_not_a_file(tmp_path):
+    """A training folder laid out for image_dataset_from_directory "held 0 images" (main 9a09833); a FIFO named
+    like an image hung the export."""
+    for label in ("cat", "dog"):
+        calibration_folder(tmp_path / "train" / label, count=4)
+    assert len(calibration.read_folder(tmp_path / "train", SIZE, SIZE)) == 8
+    os.mkfifo(tmp_path / "train" / "0.png")
+    with pytest.raises(ValueError, match=r"0.png' is not a regular file"):
+        calibration.read_folder(tmp_path / "train", SIZE, SIZE)
+
+
+def test_running_an_ir_imports_neither_tensorflow_nor_keras():
+    import subprocess
+    import sys
+
+    code = ("import sys, keras_vit.export.openvino as ov; "
+            "print(sorted(m for m in ('tensorflow', 'keras') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip().splitlines()[-1] == "[]"
 
 
 def test_host_warning_names_the_missing_instructions():

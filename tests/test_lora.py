@@ -207,3 +207,24 @@ def test_non_finite_adapters_are_refused(tmp_path):
     with pytest.raises(ValueError, match="non-finite values .* encoder_block_1/attention/value's adapter b"):
         fresh.load_lora_weights(tmp_path / "nan.lora.h5")
     assert not lora.enabled_layers(fresh)
+
+
+@pytest.mark.parametrize("alpha", [0, -1e30, float("nan"), float("inf"), "8", True])
+def test_a_bad_alpha_changes_nothing(alpha):
+    model = tiny()
+    with pytest.raises(ValueError, match=r"alpha must be a finite positive number .* Received: alpha="):
+        model.enable_lora(4, alpha=alpha)
+    assert not lora.enabled_layers(model) and len(model.trainable_weights) == len(model.weights)
+
+
+def test_an_optimizer_that_cannot_be_rebuilt_changes_nothing(x):
+    class Unregistered(keras.optimizers.SGD):
+        def get_config(self):
+            raise NotImplementedError("no config")
+
+    model = tiny()
+    model.compile(optimizer=Unregistered(0.01), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.fit(x, _labels(2), verbose=0)
+    with pytest.raises(ValueError, match="Unregistered cannot be rebuilt from its config .* compile the model again"):
+        model.enable_lora(2)
+    assert not lora.enabled_layers(model) and model.get_config().get("lora") is None

@@ -98,3 +98,16 @@ def test_a_quantized_config_builds_its_layers_quantized(monkeypatch):
     assert [(layer.path, layer.dtype_policy.name) for layer in quantization.quantized_layers(rebuilt)] == [
         (layer.path, layer.dtype_policy.name) for layer in quantization.quantized_layers(model)]
     assert {str(layer._kernel.dtype) for layer in quantization.quantized_layers(rebuilt)} == {"int8"}
+
+
+def test_a_mixed_precision_model_reloads_quantized_in_its_own_policy(tmp_path):
+    keras.config.set_dtype_policy("mixed_bfloat16")  # how a user builds in mixed precision (conftest resets it)
+    model = keras_vit.ViT(**TINY)
+    keras.config.set_dtype_policy("float32")
+    model.quantize("int8")
+    model.save(tmp_path / "q.keras")
+    reloaded = keras.saving.load_model(tmp_path / "q.keras")
+    norms = [layer for layer in reloaded._flatten_layers() if isinstance(layer, keras.layers.LayerNormalization)]
+    assert norms and {layer.dtype_policy.name for layer in norms} == {"mixed_bfloat16"}
+    x = images(model.input_shape)
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(reloaded(x)), keras.ops.convert_to_numpy(model(x)))

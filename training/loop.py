@@ -345,6 +345,14 @@ class _Run(ImageFailuresMixin):
             f"[{self.train_split}: {self.num_train} images, {self.num_classes} classes] for {self.total_steps} steps "
             f"of {cfg.global_batch_size} images, {self.replicas} replica(s), {type(self.strategy).__name__}"
         )
+        if cfg.lora_rank:
+            trainable = sum(int(np.prod(weight.shape)) for weight in self.model.trainable_weights)
+            self._print(f"LoRA rank {cfg.lora_rank} on {cfg.lora_targets}: {trainable:,} of "
+                        f"{self.model.count_params():,} parameters train (the adapters and the head)")
+        if cfg.teacher:
+            soft = (f", alpha {cfg.distillation_alpha:g}, tau {cfg.distillation_tau:g}"
+                    if cfg.distillation == "soft" else "")
+            self._print(f"distilling from {cfg.teacher} ({cfg.distillation} distillation{soft})")
         images_per_sec = None  # nothing left to train: a finished run restarted only evaluates
         if start < self.total_steps:
             images_per_sec = self._train(start)

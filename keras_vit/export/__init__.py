@@ -178,14 +178,14 @@ def export_onnx(model, path, preprocessing="auto", opset=None, overwrite=False) 
 
 
 def export_openvino(model, export_base, version=None, precision="float32", calibration_images=None,
-                    max_batch_size=DEFAULT_MAX_BATCH_SIZE, preprocessing="auto", overwrite=False) -> str:
+                    max_batch_size=DEFAULT_MAX_BATCH_SIZE, preprocessing="auto", overwrite=False, labels=None) -> str:
     """Writes an OpenVINO IR of the float signature at `export_base/<version>/`; see `keras_vit.export.openvino`."""
     from keras_vit.export import openvino
 
     _check_tensorflow_backend()
     return openvino.export(serving_form(model), export_base, version=version, precision=precision,
                            calibration_images=calibration_images, max_batch_size=max_batch_size,
-                           preprocessing=preprocessing, overwrite=overwrite)
+                           preprocessing=preprocessing, overwrite=overwrite, labels=labels)
 
 
 def export_features(extractor, export_base, version=None, max_batch_size=DEFAULT_MAX_BATCH_SIZE, preprocessing="auto",

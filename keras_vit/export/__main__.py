@@ -212,7 +212,7 @@ def run(argv):
         written = [export.export_openvino(
             model, out, version=FLAGS.version, precision=FLAGS.precision, overwrite=FLAGS.overwrite,
             calibration_images=FLAGS.calibration_images, max_batch_size=FLAGS.max_batch_size,
-            preprocessing=FLAGS.preprocessing)]
+            preprocessing=FLAGS.preprocessing, labels=labels)]
     else:
         written = []
         for quantize, path in targets:

@@ -23,20 +23,23 @@ MAX_FILE_BYTES = 32 * 2**20
 
 def _image_paths(folder: str) -> list:
     """The image files of `folder` and of its sub-folders one level down (a training folder's class folders, as
-    `keras.utils.image_dataset_from_directory` lays them out), relative to `folder`, sorted."""
-    found = []
+    `keras.utils.image_dataset_from_directory` lays them out), relative to `folder`: the top level's first, then
+    one of each class folder in turn (by name), so that the first images hold every class."""
+    top, classes = [], []
     for entry in sorted(os.scandir(folder), key=lambda entry: entry.name):
-        if entry.is_dir(follow_symlinks=False):
-            found += [os.path.join(entry.name, name) for name in sorted(os.listdir(entry.path))
-                      if name.lower().endswith(EXTENSIONS)]
+        if entry.is_dir():
+            classes.append([os.path.join(entry.name, name) for name in sorted(os.listdir(entry.path))
+                            if name.lower().endswith(EXTENSIONS)])
         elif entry.name.lower().endswith(EXTENSIONS):
-            found.append(entry.name)
-    return sorted(found)
+            top.append(entry.name)
+    rounds = [group[index] for index in range(max(map(len, classes), default=0)) for group in classes
+              if index < len(group)]
+    return top + rounds
 
 
 def read_folder(folder, height: int, width: int, minimum: int = 8, maximum: int = 300) -> list:
-    """The first `maximum` images of `folder` and its class sub-folders (by path) as (height, width, 3) float32
-    arrays in 0..255.
+    """The first `maximum` images of `folder` and its class sub-folders (`_image_paths`' order) as (height, width, 3)
+    float32 arrays in 0..255.
 
     Raises:
         ValueError: not a folder, fewer than `minimum` images, a file that is not a regular file, too large,

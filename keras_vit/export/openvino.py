@@ -13,7 +13,8 @@ Precisions (OpenVINO runs bf16 silently by default on CPUs with AMX or AVX512-BF
 
 The hint is stored in the IR (`rt_info["keras_vit"]["inference_precision_hint"]`) and in
 `keras_vit_openvino.json` beside it; `compile_model(path)` applies it, and OpenVINO Model Server takes it as
-`--plugin_config '{"INFERENCE_PRECISION_HINT": "bf16"}'` (docs/SERVING.md).
+`--plugin_config '{"INFERENCE_PRECISION_HINT": "bf16"}'` (docs/SERVING.md). A classifier's labels are written
+beside the IR as `labels.txt`, one a line. Running an IR (`compile_model`) imports neither TensorFlow nor Keras.
 
 Example:
     >>> export(model, "models/vit_ov", precision="bfloat16")  # doctest: +SKIP
@@ -27,8 +28,8 @@ import logging
 import os
 
 from keras_vit import extras
-from keras_vit.export import precision as precision_utils
-from keras_vit.export import signatures, tflite, versions
+from keras_vit.export import labels as labels_lib
+from keras_vit.export import versions
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +37,8 @@ PRECISIONS = ("float32", "bfloat16", "int8")
 HINTS = {"float32": "f32", "bfloat16": "bf16", "int8": "bf16"}
 """The `INFERENCE_PRECISION_HINT` each export is served with (int8's non-quantized ops run in bf16)."""
 SIDECAR = "keras_vit_openvino.json"
+LABELS_FILE = "labels.txt"
+"""A classifier's labels beside its IR, one a line (the IR itself has no place for them)."""
 MIN_CALIBRATION_IMAGES = 8
 MAX_CALIBRATION_IMAGES = 300
 
@@ -63,7 +66,7 @@ def check_arguments(precision, calibration_images) -> None:
 
 
 def export(model, export_base, version=None, precision="float32", calibration_images=None,
-           max_batch_size=64, preprocessing="auto", overwrite=False) -> str:
+           max_batch_size=64, preprocessing="auto", overwrite=False, labels=None) -> str:
     """Writes `model` as an OpenVINO IR at `export_base/<version>/` and returns that folder.
 
     Args:
@@ -75,19 +78,24 @@ def export(model, export_base, version=None, precision="float32", calibration_im
         max_batch_size: the largest batch the IR accepts.
         preprocessing: as `export_saved_model`.
         overwrite: replace an existing version.
+        labels: one label per class, written as `labels.txt` beside the IR (named in the sidecar) for a
+            classifier; default: ImageNet's names for 1000/21843 classes, else `class_{i}`.
 
     Raises:
         ValueError: a bad argument or calibration folder (before anything is written), or an existing version.
         keras_vit.extras.MissingExtra: openvino (or, for int8, nncf) is not installed.
     """
     from keras_vit import validation
-    from keras_vit.export import calibration
+    from keras_vit.export import calibration, signatures, tflite  # TensorFlow and Keras: to write an IR, not run it
+    from keras_vit.export import precision as precision_utils
 
     check_arguments(precision, calibration_images)
     validation.check_positive_int("max_batch_size", max_batch_size)
     ov = require_openvino()
     nncf = extras.require("nncf", "openvino", "the int8 OpenVINO export") if precision == "int8" else None
     spec = signatures.inspect_model(model, preprocessing)
+    classes = None if spec.output_name == "features" else int(model.output_shape[-1])
+    labels = None if classes is None else labels_lib.resolve(labels, classes)
     samples = None
     if precision == "int8":
         samples = calibration.read_folder(calibration_images, spec.height, spec.width,
@@ -116,10 +124,13 @@ def export(model, export_base, version=None, precision="float32", calibration_im
     ir.set_rt_info(precision, ["keras_vit", "precision"])
     with versions.staged(path) as staging:
         ov.save_model(ir, os.path.join(staging, "model.xml"), compress_to_fp16=False)
+        if labels is not None:
+            labels_lib.write(os.path.join(staging, LABELS_FILE), labels)
         with open(os.path.join(staging, SIDECAR), "w") as file:
             json.dump({"precision": precision, "plugin_config": {"INFERENCE_PRECISION_HINT": hint},
                        "input": "images", "output": spec.output_name, "max_batch_size": max_batch_size,
-                       "image_size": [spec.height, spec.width]}, file, indent=1)
+                       "image_size": [spec.height, spec.width],
+                       "labels": None if labels is None else LABELS_FILE}, file, indent=1)
     logger.info("Exported the OpenVINO IR (%s) to %s", precision, path)
     return path
 

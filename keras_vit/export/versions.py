@@ -77,7 +77,14 @@ def remove_stale_staging(parent: str) -> list[str]:
 
 
 def _umask() -> int:
-    """The process's umask (read by setting it, then restoring it)."""
+    """The process's umask: from /proc where Linux shows it (no change to the process), else by setting it back."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
