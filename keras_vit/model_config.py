@@ -144,9 +144,29 @@ class ConfigModel(keras.Model):
                          **kwargs)
 
     def fit(self, x=None, y=None, batch_size=None, **kwargs):
-        """`keras.Model.fit`, after `check_distributed_batch` under a `keras.distribution`."""
+        """`keras.Model.fit`, after `check_distributed_batch` under a `keras.distribution` and the channels of an
+        array `x` checked."""
+        self._check_channels(x)
         check_distributed_batch(x, batch_size)
         return super().fit(x, y, batch_size=batch_size, **kwargs)
+
+    def predict(self, x, *args, **kwargs):
+        """`keras.Model.predict`, after the channels of an array `x` are checked (a predict function Keras traced
+        for RGB would fail on a grayscale batch with a shape TypeError)."""
+        self._check_channels(x)
+        return super().predict(x, *args, **kwargs)
+
+    def evaluate(self, x=None, *args, **kwargs):
+        """`keras.Model.evaluate`, after the channels of an array `x` are checked."""
+        self._check_channels(x)
+        return super().evaluate(x, *args, **kwargs)
+
+    def _check_channels(self, x) -> None:
+        from keras_vit.layers.patches import check_channels
+
+        shape = getattr(x, "shape", None)
+        if shape is not None and len(self.inputs) == 1 and len(self.input_shape) == 4:
+            check_channels(self.input_shape[-1], tuple(shape))
 
     def save_weights(self, filepath, overwrite=True, **kwargs):
         """`keras.Model.save_weights`, then the model's config written into the `.weights.h5` file."""

@@ -61,3 +61,12 @@ def test_channels_first_is_refused():
             keras_vit.BiT_R50x1(weights=None, input_shape=(32, 32, 3), classes=2)
     finally:
         keras.config.set_image_data_format("channels_last")
+
+
+def test_a_grayscale_batch_after_an_rgb_predict_names_the_channels(rgb):
+    """Keras' predict function traced for RGB raised a shape TypeError on the next grayscale batch (main 9a09833)."""
+    model, _ = rgb
+    model.predict(np.zeros((2, 16, 16, 3), "float32"), verbose=0)
+    for method in (model.predict, model.evaluate):
+        with pytest.raises(ValueError, match=r"takes images with 3 channels.*\(2, 16, 16, 1\) with 1"):
+            method(np.zeros((2, 16, 16, 1), "float32"), verbose=0)
