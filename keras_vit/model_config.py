@@ -162,11 +162,14 @@ class ConfigModel(keras.Model):
         return super().evaluate(x, *args, **kwargs)
 
     def _check_channels(self, x) -> None:
-        from keras_vit.layers.patches import check_channels
-
+        """For an array `x` of other channels than the model's input, the model's own error (its first layer's:
+        `Patches` names both counts and the ways out), raised by calling it on zeros of `x`'s shape (the first
+        layer refuses them before any work; `x` itself may be a NumPy array Keras would convert)."""
         shape = getattr(x, "shape", None)
-        if shape is not None and len(self.inputs) == 1 and len(self.input_shape) == 4:
-            check_channels(self.input_shape[-1], tuple(shape))
+        if shape is None or len(shape) != 4 or len(self.inputs) != 1 or len(self.input_shape) != 4:
+            return
+        if self.input_shape[-1] is not None and shape[-1] != self.input_shape[-1]:
+            self(keras.ops.zeros(tuple(shape)), training=False)
 
     def save_weights(self, filepath, overwrite=True, **kwargs):
         """`keras.Model.save_weights`, then the model's config written into the `.weights.h5` file."""

@@ -28,21 +28,6 @@ def check_image_size(images, patch_size: int):
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
-def check_channels(expected, shape) -> None:
-    """Refuses a batch of `shape` (channels last) whose channels are not the `expected` ones (None: any).
-
-    Raises:
-        ValueError: naming both counts and the two ways out.
-    """
-    channels = shape[-1] if len(shape) == 4 else None
-    if expected is not None and channels is not None and channels != expected:
-        raise ValueError(
-            f"The model takes images with {expected} channels; received a batch of shape {tuple(shape)} "
-            f"with {channels} (channels last). Give it {expected}-channel images (grayscale to RGB: "
-            f"np.repeat(images, 3, axis=-1)), or build the model with input_shape=(H, W, {channels}) (a "
-            "checkpoint's patch kernel is then adapted, summed over its colour channels for one).")
-
-
 class Patches(keras.layers.Layer):
     """Splits images (B, H, W, C) into N = HW/P^2 flattened patches (B, N, P*P*C).
 
@@ -83,7 +68,12 @@ class Patches(keras.layers.Layer):
     def call(self, images):
         height, width, channels = images.shape[1], images.shape[2], images.shape[3]
         expected = getattr(self, "_channels", None)
-        check_channels(expected, images.shape)
+        if expected is not None and channels is not None and channels != expected:
+            raise ValueError(
+                f"The model takes images with {expected} channels; received a batch of shape {tuple(images.shape)} "
+                f"with {channels} (channels last). Give it {expected}-channel images (grayscale to RGB: "
+                f"np.repeat(images, 3, axis=-1)), or build the model with input_shape=(H, W, {channels}) (a "
+                "checkpoint's patch kernel is then adapted, summed over its colour channels for one).")
         p = self.patch_size
         images = check_image_size(images, p)
         grid_h, grid_w = self._grid(height, width)
