@@ -23,6 +23,7 @@ Example:
     True
 """
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -136,8 +137,6 @@ def fresh_optimizer(model):
     Raises:
         ValueError: an optimizer that cannot be rebuilt from its config (compile the model again instead).
     """
-    import contextlib
-
     optimizer = getattr(model, "optimizer", None)
     if optimizer is None or not optimizer.built:
         return None

@@ -115,7 +115,8 @@ class ConfigModel(keras.Model):
         return dict(self._arguments)
 
     def get_config(self):
-        policies = quantization.policy_map(self, self._policy_name)  # a quantized model records its layers' policies, as keras-hub
+        # a quantized model records its layers' policies over the one it was built under, as keras-hub
+        policies = quantization.policy_map(self, self._policy_name)
         dtype = self._policy_name if policies is None else keras.saving.serialize_keras_object(policies)
         return {"name": self.name, "trainable": self.trainable, "dtype": dtype, **self.arguments}
 
